@@ -1,0 +1,65 @@
+# The two commands: `make demo` runs the demo fleet, collector and web UI; `make test` runs the suite.
+# Both set up what they need: the virtualenv, the npm packages, and Debian's chromium for the browser tests.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: setup demo test lint format bench clean system-deps wheel screenshots
+
+$(STAMP): setup.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+# The web UI's JavaScript (d3, d3-flame-graph) from npm, copied into webui/static/vendor/.
+NPM_STAMP := node_modules/.installed-stamp
+ASSETS_STAMP := webui/static/vendor/.built-stamp
+
+$(NPM_STAMP): package-lock.json
+	npm ci --no-audit --no-fund
+	touch $(NPM_STAMP)
+
+$(ASSETS_STAMP): $(NPM_STAMP) webui/build_assets.py
+	$(PYTHON) webui/build_assets.py
+	touch $(ASSETS_STAMP)
+
+setup: $(STAMP) $(ASSETS_STAMP)
+
+system-deps:
+	@command -v chromium >/dev/null 2>&1 || { \
+	    echo "installing Debian's chromium for the browser tests"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+demo: setup
+	$(BIN)/python deploy/demo/run.py $(DEMO_ARGS)
+
+test: setup system-deps
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: setup
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: setup
+	$(BIN)/python bench/run.py
+
+# A wheel with the web UI's assets inside (the build step copies them): lists them to prove it.
+wheel: setup
+	rm -rf dist
+	$(BIN)/python -m pip wheel -q --no-deps -w dist .
+	$(BIN)/python -m zipfile -l dist/fleetflame-*.whl | grep -E 'webui/static/(vendor|js)/'
+
+# Screenshots of the flamegraph and compare views in docs/, from a realistic generated profile.
+screenshots: setup system-deps
+	$(BIN)/python docs/make_screenshots.py docs
+
+clean:
+	rm -rf $(VENV) node_modules build *.egg-info

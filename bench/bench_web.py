@@ -1,0 +1,310 @@
+"""Benchmark of the web UI: server time of /api/flamegraph, and time to a drawn flamegraph.
+
+1. A fleet like the collector benchmark's (50 instances x 2,000 distinct stacks, 200 with
+   samples per minute, 24 h written through the store with its rollups): the server time of
+   /api/flamegraph for the last hour and the last 24 hours (in-process WSGI call, JSON
+   included, profile cache off), split into the store query and the tree pruning.
+2. One window holding 200,000 distinct stacks: time from navigation to a drawn flamegraph in
+   headless Chromium (performance mark after the first frame with the graph) on a fresh
+   server, on a running server for a window not seen yet, and for the same view again;
+   target <= 1 s.
+
+Prints medians of --runs runs and their ratio to the targets.
+
+    python bench/bench_web.py                 # SQLite, the full fleet (several minutes)
+    python bench/bench_web.py --quick         # 10 instances, 3 hours, 50,000 stacks
+    python bench/bench_web.py --engines sqlite,postgresql
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import sqlalchemy as sa  # noqa: E402
+
+from collector.store import SampleRow, Store  # noqa: E402
+from webui import create_app  # noqa: E402
+from webui.model import flame_tree  # noqa: E402
+
+PG_ADMIN_URL = os.environ.get(
+    "FLEETFLAME_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+DAY = 86400
+TARGET_DRAW_MS = 1000
+# The collector benchmark's query targets, for comparison with the whole request.
+TARGET_1H_MS = 200
+TARGET_24H_MS = 500
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def make_stacks(rng: random.Random, count: int) -> list[str]:
+    """Returns ``count`` distinct stacks 20-50 frames deep grown from a shared call tree."""
+    modules = [f"app.mod{i}" for i in range(40)] + ["json", "re", "socket", "ssl", "sqlalchemy.orm"]
+    trunk = [f"{rng.choice(modules)}:f{i}" for i in range(60)]
+    stacks: set[str] = set()
+    while len(stacks) < count:
+        shared = rng.randint(8, 18)  # common prefix: the server loop, the framework
+        depth = rng.randint(20, 50)
+        frames = trunk[:shared] + [
+            f"{rng.choice(modules)}:fn{rng.randint(0, 300)}" for _ in range(depth - shared)
+        ]
+        stacks.add(";".join(frames))
+    return sorted(stacks)
+
+
+def fleet_minutes(
+    instances: int, stacks: int, active: int, start: int, end: int
+) -> Iterator[list[SampleRow]]:
+    """Yields each minute's rows of the collector benchmark's synthetic fleet."""
+    rng = random.Random(1)
+    pool = make_stacks(rng, stacks * 2)
+    fleet = []
+    for i in range(instances):
+        fleet.append(
+            (
+                f"svc{i % 5}",
+                f"host-{i // 2}",
+                uuid.UUID(int=rng.getrandbits(128)).hex[:16],
+                rng.sample(pool, stacks),
+            )
+        )
+    weights = [1 / (rank + 1) ** 0.8 for rank in range(stacks)]
+    labels = {"version": "1.4.2", "env": "prod"}
+    for bucket in range(start, end, 60):
+        rows = []
+        for service, host, instance, own in fleet:
+            picked = list(dict.fromkeys(rng.choices(own, weights, k=active * 2)))[:active]
+            rows += [
+                SampleRow(bucket, "cpu", service, host, instance, labels, s, rng.randint(1, 60))
+                for s in picked
+            ]
+        yield rows
+
+
+@contextmanager
+def database(engine: str) -> Iterator[str]:
+    """Yields the URL of an empty database on ``engine``, removed afterwards."""
+    if engine == "sqlite":
+        with tempfile.TemporaryDirectory() as tmp:
+            yield f"sqlite:///{tmp}/bench.db"
+        return
+    name = f"fleetflame_bench_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def timed(fn: Callable[[], object]) -> float:
+    """Returns the milliseconds ``fn`` took."""
+    start = time.perf_counter()
+    fn()
+    return 1000 * (time.perf_counter() - start)
+
+
+def verdict(ms: float, target: float) -> str:
+    return f"target <= {target:g} ms ({ms / target:.2f}x) {'ok' if ms <= target else 'MISSED'}"
+
+
+def bench_fleet(engine: str, args: argparse.Namespace) -> None:
+    """Part 1: /api/flamegraph server time on the fleet, last hour and last 24 hours."""
+    end = 1_800_000_000 // DAY * DAY + 10 * 3600
+    start = end - args.hours * 3600
+    with database(engine) as url:
+        store = Store(url)
+        store.migrate()
+        written = 0
+        began = time.monotonic()
+        for rows in fleet_minutes(args.instances, args.stacks, args.active, start, end):
+            store.write(rows)
+            written += len(rows)
+            bucket = rows[0].bucket
+            if bucket % 3600 == 0:
+                store.rollup(bucket)
+        store.rollup(end + 180)
+        store.close()
+        print(f"  wrote {written:,} sample rows in {time.monotonic() - began:.0f} s")
+        app = create_app({"DATABASE_URL": url, "CACHE_ENTRIES": 0})
+        client = app.test_client()
+        db = app.extensions["fleetflame_db"]
+        windows = {"last hour": (end - 3600 + 120, end + 120), "24 hours": (end - DAY, end)}
+        targets = {"last hour": TARGET_1H_MS, "24 hours": TARGET_24H_MS}
+        for name, (frm, to) in windows.items():
+            if to - frm > args.hours * 3600 + 240:
+                frm = start
+                name = f"{args.hours} hours"
+            url_path = f"/api/flamegraph?from={frm}&to={to}"
+            warm = client.get(url_path)  # warm the store's stack-name cache, as a server has
+            assert warm.status_code == 200, warm.get_data(as_text=True)[:200]
+            served = warm.get_json().get("total")
+            queried = sum(db.query.profile(frm, to).values())
+            print(f"    {name}: the API's total {served}, the store's {queried}")
+            request_ms, query_ms, tree_ms = [], [], []
+            stacks = 0
+            for _ in range(args.runs):
+                request_ms.append(timed(lambda p=url_path: client.get(p).get_json()))
+                began_query = time.perf_counter()
+                counts = db.query.profile(frm, to)
+                query_ms.append(1000 * (time.perf_counter() - began_query))
+                tree_ms.append(timed(lambda c=counts: flame_tree(c, max_nodes=5000)))
+                stacks = len(counts)
+            request = statistics.median(request_ms)
+            print(
+                f"  /api/flamegraph {name:<9} {request:8.1f} ms  (store query "
+                f"{statistics.median(query_ms):.1f} ms, pruned tree {statistics.median(tree_ms):.1f}"
+                f" ms, {stacks:,} distinct stacks)  collector's query {verdict(request, targets.get(name, TARGET_24H_MS))}"
+            )
+        db.close()
+
+
+def bench_browser(args: argparse.Namespace) -> None:
+    """Part 2: navigation to a drawn flamegraph of a window with many distinct stacks."""
+    from playwright.sync_api import sync_playwright
+    from werkzeug.serving import WSGIRequestHandler, make_server
+
+    class QuietHandler(WSGIRequestHandler):
+        def log_request(self, *args: object, **kwargs: object) -> None:
+            pass
+
+    rng = random.Random(2)
+    stacks = make_stacks(rng, args.distinct)
+    # A minute of yesterday: a settled window, as when looking back at an incident.
+    bucket = (int(time.time()) - DAY) // 60 * 60
+    cases = {
+        "fresh": "fresh server, first view",
+        "new": "running server, a window not seen yet",
+        "again": "the same view again (cached result)",
+    }
+    results: dict[str, list[float]] = {case: [] for case in cases}
+    server_ms: dict[str, list[float]] = {case: [] for case in cases}
+    render_ms: dict[str, list[float]] = {case: [] for case in cases}
+    with database("sqlite") as url:
+        store = Store(url)
+        store.migrate()
+        chunk = 50_000
+        for i in range(0, len(stacks), chunk):
+            store.write(
+                SampleRow(bucket, "cpu", "api", "web-1", "i-1", {}, s, rng.randint(1, 100))
+                for s in stacks[i : i + chunk]
+            )
+        store.close()
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS
+            )
+            for run in range(args.runs):
+                app = create_app({"DATABASE_URL": url})
+                httpd = make_server(
+                    "127.0.0.1", 0, app, threaded=True, request_handler=QuietHandler
+                )
+                thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+                thread.start()
+                base = f"http://127.0.0.1:{httpd.server_port}"
+                windows = {
+                    "fresh": f"from={bucket}&to={bucket + 60}",
+                    "new": f"from={bucket}&to={bucket + 61}",  # same data, not cached
+                    "again": f"from={bucket}&to={bucket + 61}",
+                }
+                frames = 0
+                try:
+                    for case, window in windows.items():
+                        page = browser.new_page(viewport={"width": 1400, "height": 900})
+                        page.goto(f"{base}/?{window}")
+                        page.wait_for_function(
+                            "() => performance.getEntriesByName('flamegraph-drawn').length",
+                            timeout=120_000,
+                        )
+                        results[case].append(
+                            page.evaluate(
+                                "() => performance.getEntriesByName('flamegraph-drawn')[0]"
+                                ".startTime"
+                            )
+                        )
+                        request, render = page.evaluate(
+                            "() => { const r = performance.getEntriesByType('resource')"
+                            ".find(e => e.name.includes('/api/flamegraph'));"
+                            " const d = performance.getEntriesByName('flamegraph-drawn')[0];"
+                            " return [r.responseEnd - r.requestStart, d.startTime - r.responseEnd] }"
+                        )
+                        server_ms[case].append(request)
+                        render_ms[case].append(render)
+                        frames = page.locator("#chart g.frame").count()
+                        page.close()
+                finally:
+                    httpd.shutdown()
+                    thread.join()
+                    httpd.server_close()
+                    app.extensions["fleetflame_db"].close()
+                print(
+                    f"    run {run + 1}: "
+                    + ", ".join(f"{case} {results[case][-1]:.0f} ms" for case in cases)
+                    + f"; {frames} frames wide enough to draw",
+                    flush=True,
+                )
+            browser.close()
+    print(f"  {args.distinct:,} distinct stacks in the window, max_nodes 5000:")
+    for case, title in cases.items():
+        drawn = statistics.median(results[case])
+        server = statistics.median(server_ms[case])
+        render = statistics.median(render_ms[case])
+        print(
+            f"  navigation -> drawn, {title:<38} {drawn:7.0f} ms "
+            f"(/api/flamegraph {server:5.0f} ms, then drawing {render:4.0f} ms)  "
+            f"{verdict(drawn, TARGET_DRAW_MS)}"
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engines", default="sqlite", help="sqlite,postgresql")
+    parser.add_argument("--instances", type=int, default=50)
+    parser.add_argument("--stacks", type=int, default=2000, help="distinct stacks per instance")
+    parser.add_argument("--active", type=int, default=200, help="stacks with samples per minute")
+    parser.add_argument("--hours", type=int, default=24)
+    parser.add_argument("--distinct", type=int, default=200_000, help="stacks in the browser test")
+    parser.add_argument("--runs", type=int, default=5, help="runs of each measurement (median)")
+    parser.add_argument("--quick", action="store_true", help="10 instances, 3 h, 50,000 stacks")
+    parser.add_argument("--skip-fleet", action="store_true")
+    parser.add_argument("--skip-browser", action="store_true")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.instances, args.hours, args.distinct, args.runs = 10, 3, 50_000, 3
+    if not args.skip_fleet:
+        print(
+            f"fleet: {args.instances} instances x {args.stacks} stacks, {args.active} active per "
+            f"minute, {args.hours} h; medians of {args.runs} runs"
+        )
+        for engine in args.engines.split(","):
+            print(f"== {engine}", flush=True)
+            bench_fleet(engine, args)
+    if not args.skip_browser:
+        print(f"== browser (headless Chromium), medians of {args.runs} runs", flush=True)
+        bench_browser(args)
+
+
+if __name__ == "__main__":
+    main()

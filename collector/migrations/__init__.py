@@ -1,0 +1,1 @@
+"""Alembic migrations of the collector's schema, run by Store.migrate()."""

@@ -1,0 +1,236 @@
+"""Reads for the web UI: merged profiles, timelines, top functions and filter values of a window.
+
+Windows are half-open [start, end) in epoch seconds. Each window is cut into segments read
+from the coarsest stored resolution covering them exactly (collector.store.tiers.plan); a
+stored row counts in a window when its bucket start lies in it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from collector.functions import FunctionStat, function_stats
+from collector.store import schema
+from collector.store.engines.base import translate_errors
+from collector.store.errors import InvalidQuery
+from collector.store.rows import MODES
+from collector.store.store import Store
+from collector.store.tiers import Segment, plan
+from sampler.profile import Node, build_tree
+
+__all__ = ["Filters", "FunctionStat", "Query"]
+
+_CHUNK = 5000
+_STACK_CACHE_LIMIT = 1_000_000
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Which samples a query reads: values of one key are OR-ed, different keys AND-ed."""
+
+    mode: str = "cpu"
+    services: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
+    instances: tuple[str, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def label_groups(self) -> dict[str, list[str]]:
+        """Returns the label filter as key -> accepted values."""
+        groups: dict[str, list[str]] = {}
+        for key, value in self.labels:
+            groups.setdefault(key, []).append(value)
+        return groups
+
+
+def _check_window(start: object, end: object) -> tuple[int, int]:
+    for name, value in (("start", start), ("end", end)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise InvalidQuery(f"{name} must be integer epoch seconds, got {value!r:.40}")
+    assert isinstance(start, int) and isinstance(end, int)
+    if end < start:
+        raise InvalidQuery(f"window end {end} is before its start {start}")
+    return start, end
+
+
+def _check_filters(filters: Filters) -> Filters:
+    if not isinstance(filters, Filters):
+        raise InvalidQuery(f"expected Filters, got {type(filters).__name__}")
+    if filters.mode not in MODES:
+        raise InvalidQuery(f"mode {filters.mode!r:.20} is not one of {MODES}")
+    return filters
+
+
+class Query:
+    """Answers questions about stored samples; never writes."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._stacks: dict[int, str] = {}  # stack ids are hashes of their text: never stale
+
+    def plan(self, start: int, end: int, *, max_width: int | None = None) -> list[Segment]:
+        """Returns the segments a window is read from (see collector.store.tiers.plan)."""
+        start, end = _check_window(start, end)
+        with translate_errors("planning a query"), self.store.engine.read_transaction() as conn:
+            return plan(start, end, self.store.tier_states(conn), max_width=max_width)
+
+    def resolution(self, start: int, end: int) -> int:
+        """Returns the coarsest bucket width at which this window's samples are still kept.
+
+        That is the finest detail a timeline of the window can show: 60 s for recent windows,
+        3600 s for an hour-aligned window older than the 10-minute tier's 7 days. A merged
+        profile may read pre-aggregated coarser rows for buckets fully inside the window,
+        which gives the same counts faster.
+        """
+        segments = self.plan(start, end, max_width=self.store.tiers[0].width)
+        return max((s.width for s in segments), default=self.store.tiers[0].width)
+
+    def profile(self, start: int, end: int, filters: Filters = Filters()) -> dict[str, int]:
+        """Returns the merged folded counts of the samples matching `filters` in [start, end)."""
+        start, end = _check_window(start, end)
+        filters = _check_filters(filters)
+        totals: dict[int, int] = {}
+        with translate_errors("reading a profile"), self.store.engine.read_transaction() as conn:
+            segments = plan(start, end, self.store.tier_states(conn))
+            series = self._series_ids(filters)
+            for seg in segments:
+                s = schema.samples
+                stmt = (
+                    sa.select(s.c.stack_id, sa.func.sum(s.c.count))
+                    .where(*self._segment_where(seg), s.c.series_id.in_(series))
+                    .group_by(s.c.stack_id)
+                )
+                for stack_id, count in conn.execute(stmt):
+                    totals[stack_id] = totals.get(stack_id, 0) + int(count)
+            names = self._stack_names(conn, totals)
+        return {names[sid]: count for sid, count in totals.items() if count > 0}
+
+    def tree(self, start: int, end: int, filters: Filters = Filters()) -> Node:
+        """Returns the call tree of the merged profile (sampler.profile.Node; to_dict() for d3)."""
+        return build_tree(self.profile(start, end, filters))
+
+    def timeline(
+        self, start: int, end: int, filters: Filters = Filters(), step: int | None = None
+    ) -> list[tuple[int, int]]:
+        """Returns (bucket start, samples) of non-empty buckets, finest stored or per `step` seconds."""
+        start, end = _check_window(start, end)
+        filters = _check_filters(filters)
+        if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step <= 0):
+            raise InvalidQuery(f"step must be a positive number of seconds, got {step!r:.20}")
+        max_width = step if step is not None else self.store.tiers[0].width
+        points: dict[int, int] = {}
+        with translate_errors("reading a timeline"), self.store.engine.read_transaction() as conn:
+            segments = plan(start, end, self.store.tier_states(conn), max_width=max_width)
+            series = self._series_ids(filters)
+            for seg in segments:
+                s = schema.samples
+                stmt = (
+                    sa.select(s.c.bucket, sa.func.sum(s.c.count))
+                    .where(*self._segment_where(seg), s.c.series_id.in_(series))
+                    .group_by(s.c.bucket)
+                )
+                for bucket, count in conn.execute(stmt):
+                    key = bucket if step is None else bucket - bucket % step
+                    points[key] = points.get(key, 0) + int(count)
+        return sorted(points.items())
+
+    def top_functions(
+        self, start: int, end: int, filters: Filters = Filters(), limit: int = 50
+    ) -> list[FunctionStat]:
+        """Returns the frames with the most self samples in the window, with their total samples."""
+        return function_stats(self.profile(start, end, filters), limit)
+
+    def label_values(
+        self, start: int, end: int, filters: Filters = Filters()
+    ) -> dict[str, list[str]]:
+        """Returns the values of service, host, instance and every label key seen in the window.
+
+        The values offered for one key honour the filters on every other key, so a filter
+        dropdown keeps listing the alternatives to its own selection.
+        """
+        start, end = _check_window(start, end)
+        filters = _check_filters(filters)
+        sr, ls = schema.series, schema.label_sets
+        stmt = (
+            sa.select(sr.c.service, sr.c.host, sr.c.instance, ls.c.labels)
+            .join(ls, ls.c.id == sr.c.label_set_id)
+            .where(
+                sr.c.mode == filters.mode,
+                sr.c.first_bucket < end,
+                sr.c.last_bucket + self.store.bucket_seconds > start,
+            )
+        )
+        with translate_errors("reading label values"), self.store.engine.read_transaction() as conn:
+            rows = [
+                ({"service": svc, "host": host, "instance": inst}, json.loads(labels))
+                for svc, host, inst, labels in conn.execute(stmt)
+            ]
+        return _values_by_key(rows, filters)
+
+    # Helpers ---------------------------------------------------------------------------------
+
+    def _segment_where(self, seg: Segment) -> list[sa.ColumnElement[bool]]:
+        s = schema.samples
+        return [s.c.width == seg.width, s.c.bucket >= seg.start, s.c.bucket < seg.end]
+
+    def _series_ids(self, filters: Filters) -> sa.Select:
+        sr, lp = schema.series, schema.label_pairs
+        where = [sr.c.mode == filters.mode]
+        for column, values in (
+            (sr.c.service, filters.services),
+            (sr.c.host, filters.hosts),
+            (sr.c.instance, filters.instances),
+        ):
+            if values:
+                where.append(column.in_(list(values)))
+        for key, values in filters.label_groups().items():
+            matching = sa.select(lp.c.label_set_id).where(lp.c.key == key, lp.c.value.in_(values))
+            where.append(sr.c.label_set_id.in_(matching))
+        return sa.select(sr.c.id).where(*where)
+
+    def _stack_names(self, conn: sa.Connection, ids: Iterable[int]) -> dict[int, str]:
+        wanted = list(ids)
+        missing = [sid for sid in wanted if sid not in self._stacks]
+        if len(self._stacks) + len(missing) > _STACK_CACHE_LIMIT:
+            self._stacks.clear()
+            missing = wanted
+        st = schema.stacks
+        for i in range(0, len(missing), _CHUNK):
+            chunk = missing[i : i + _CHUNK]
+            rows = conn.execute(sa.select(st.c.id, st.c.folded).where(st.c.id.in_(chunk)))
+            self._stacks.update((sid, folded) for sid, folded in rows)
+        return {sid: self._stacks.get(sid, f"[unknown stack {sid}]") for sid in wanted}
+
+
+def _values_by_key(
+    rows: list[tuple[dict[str, str], dict[str, str]]], filters: Filters
+) -> dict[str, list[str]]:
+    """Collects each key's values over the rows that pass the filters on the other keys."""
+    wanted: dict[str, set[str]] = {}
+    for key, values in (
+        ("service", filters.services),
+        ("host", filters.hosts),
+        ("instance", filters.instances),
+    ):
+        if values:
+            wanted[key] = set(values)
+    label_filter = {k: set(v) for k, v in filters.label_groups().items()}
+
+    def passes(columns: dict[str, str], labels: dict[str, str], skip: str) -> bool:
+        for key, accepted in wanted.items():
+            if key != skip and columns[key] not in accepted:
+                return False
+        for key, accepted in label_filter.items():
+            if key != skip and labels.get(key) not in accepted:
+                return False
+        return True
+
+    result: dict[str, set[str]] = {"service": set(), "host": set(), "instance": set()}
+    for columns, labels in rows:
+        for key, value in [*columns.items(), *labels.items()]:
+            if passes(columns, labels, key):
+                result.setdefault(key, set()).add(value)
+    return {key: sorted(values) for key, values in result.items()}

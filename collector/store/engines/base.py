@@ -1,0 +1,158 @@
+"""What every engine provides to the store; the portable parts are implemented here."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from collector.store import schema
+from collector.store.errors import StoreError, StoreUnavailable
+
+__all__ = ["Engine", "EngineOptions", "for_url", "translate_errors"]
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Connection settings that apply to both engines."""
+
+    busy_timeout: float = 30.0  # seconds a writer waits for a lock (SQLite busy, PG lock_timeout)
+    connect_timeout: int = 5  # seconds to reach PostgreSQL before the store reports it unavailable
+    echo: bool = False
+
+
+@contextlib.contextmanager
+def translate_errors(action: str) -> Iterator[None]:
+    """Turns database errors into StoreUnavailable (retry later) or StoreError (a bug or bad data)."""
+    try:
+        yield
+    except StoreError:
+        raise
+    except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError) as exc:
+        raise StoreUnavailable(f"{action}: database unavailable: {_first_line(exc)}") from exc
+    except sa.exc.DBAPIError as exc:
+        if exc.connection_invalidated:
+            raise StoreUnavailable(f"{action}: connection lost: {_first_line(exc)}") from exc
+        raise StoreError(f"{action}: {_first_line(exc)}") from exc
+    except sa.exc.SQLAlchemyError as exc:
+        raise StoreError(f"{action}: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    text = str(orig).strip().splitlines()
+    return text[0] if text else type(orig).__name__
+
+
+class Engine:
+    """A SQLAlchemy engine plus the statements that differ between SQLite and PostgreSQL."""
+
+    name = "base"
+
+    def __init__(self, url: str, options: EngineOptions) -> None:
+        self.url = url
+        self.options = options
+        self.sa_engine = self._create(url, options)
+
+    def _create(self, url: str, options: EngineOptions) -> sa.Engine:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def write_transaction(self) -> Iterator[sa.Connection]:
+        """Yields a connection in a transaction that holds the write lock from its start."""
+        with self.sa_engine.begin() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def read_transaction(self) -> Iterator[sa.Connection]:
+        """Yields a connection in a read transaction (one consistent snapshot)."""
+        with self.sa_engine.begin() as conn:
+            yield conn
+
+    def dispose(self) -> None:
+        """Closes every pooled connection."""
+        self.sa_engine.dispose()
+
+    # Writes ---------------------------------------------------------------------------------
+
+    def insert_ignore(self, conn: sa.Connection, table: sa.Table, rows: Sequence[dict]) -> None:
+        """Inserts rows, skipping those whose primary key exists."""
+        if rows:
+            conn.execute(self.dialect_insert(table).on_conflict_do_nothing(), list(rows))
+
+    def upsert(
+        self, conn: sa.Connection, table: sa.Table, rows: Sequence[dict], update: Sequence[str]
+    ) -> None:
+        """Inserts rows, overwriting the `update` columns of rows whose primary key exists."""
+        if not rows:
+            return
+        stmt = self.dialect_insert(table)
+        keys = [c.name for c in table.primary_key.columns]
+        conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=keys, set_={name: stmt.excluded[name] for name in update}
+            ),
+            list(rows),
+        )
+
+    def add_samples(
+        self, conn: sa.Connection, width: int, rows: Sequence[tuple[int, int, int, int]]
+    ) -> None:
+        """Adds (bucket, series, stack, count) rows to tier `width`, summing counts on conflict."""
+        raise NotImplementedError
+
+    def upsert_cursor_entries(
+        self, conn: sa.Connection, rows: Sequence[tuple[str, int, int, int]]
+    ) -> None:
+        """Sets (target, label set index, stack id, count) cursor entries."""
+        self.upsert(
+            conn,
+            schema.cursor_entries,
+            [{"target": t, "label_index": i, "stack_id": s, "count": c} for t, i, s, c in rows],
+            ["count"],
+        )
+
+    def dialect_insert(self, table: sa.Table):  # type: ignore[no-untyped-def]
+        """Returns the engine's INSERT construct (it has on_conflict_do_*)."""
+        raise NotImplementedError
+
+    # Partitions (PostgreSQL only) -----------------------------------------------------------
+
+    def ensure_partitions(self, width: int, buckets: set[int]) -> None:
+        """Makes sure tier `width` can hold rows of these buckets (creates partitions ahead)."""
+
+    def expire(self, conn: sa.Connection, width: int, before: int) -> int:
+        """Removes tier rows with bucket < before; returns the bucket from which rows are complete."""
+        conn.execute(
+            sa.delete(schema.samples).where(
+                schema.samples.c.width == width, schema.samples.c.bucket < before
+            )
+        )
+        return before
+
+    def analyze(self, width: int, buckets: set[int]) -> None:
+        """Refreshes planner statistics of the storage holding these buckets of tier `width`."""
+
+    def is_missing_partition(self, exc: BaseException) -> bool:
+        """Tells whether a write failed because a partition was dropped meanwhile."""
+        return False
+
+    def forget_partitions(self) -> None:
+        """Drops the cache of known partitions."""
+
+
+def for_url(url: str, options: EngineOptions | None = None) -> Engine:
+    """Returns the engine for a database URL (sqlite:/// or postgresql+psycopg://)."""
+    options = options or EngineOptions()
+    backend = sa.engine.make_url(url).get_backend_name()
+    if backend == "sqlite":
+        from collector.store.engines.sqlite import SQLiteEngine
+
+        return SQLiteEngine(url, options)
+    if backend == "postgresql":
+        from collector.store.engines.postgresql import PostgreSQLEngine
+
+        return PostgreSQLEngine(url, options)
+    raise StoreError(f"unsupported database {backend!r}: use sqlite:/// or postgresql+psycopg://")

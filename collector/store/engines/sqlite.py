@@ -1,0 +1,84 @@
+"""SQLite: WAL mode, a busy timeout, write transactions that take the lock up front."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from collector.store.engines.base import Engine, EngineOptions
+
+__all__ = ["SQLiteEngine"]
+
+_ADD_SAMPLES = (
+    "INSERT INTO samples (width, bucket, series_id, stack_id, count) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (width, bucket, series_id, stack_id) DO UPDATE SET count = count + excluded.count"
+)
+
+_SET_CURSOR = (
+    "INSERT INTO cursor_entries (target, label_index, stack_id, count) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (target, label_index, stack_id) DO UPDATE SET count = excluded.count"
+)
+
+
+class SQLiteEngine(Engine):
+    """A SQLite file shared by one collector (the writer) and any number of readers."""
+
+    name = "sqlite"
+
+    def _create(self, url: str, options: EngineOptions) -> sa.Engine:
+        engine = sa.create_engine(
+            url, echo=options.echo, connect_args={"timeout": options.busy_timeout}
+        )
+        busy_ms = int(options.busy_timeout * 1000)
+
+        @sa.event.listens_for(engine, "connect")
+        def _configure(dbapi_connection, _record):  # type: ignore[no-untyped-def]
+            # Take transaction control from the sqlite3 module so BEGIN IMMEDIATE is possible.
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
+            # WAL: readers never block the writer and the writer never blocks readers.
+            cursor.execute("PRAGMA journal_mode = WAL")
+            # NORMAL in WAL mode can lose the last commits on power loss, never consistency;
+            # samples and cursors commit together, and the sampler's counts are cumulative,
+            # so a lost commit is polled again.
+            cursor.execute("PRAGMA synchronous = NORMAL")
+            cursor.close()
+
+        @sa.event.listens_for(engine, "begin")
+        def _begin(conn):  # type: ignore[no-untyped-def]
+            # A writer that starts deferred and upgrades later can fail at once with
+            # SQLITE_BUSY (no busy wait); IMMEDIATE waits for the lock up front instead.
+            write = conn.get_execution_options().get("fleetflame_write", False)
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+        return engine
+
+    @contextlib.contextmanager
+    def write_transaction(self) -> Iterator[sa.Connection]:
+        """Yields a connection inside BEGIN IMMEDIATE."""
+        with self.sa_engine.connect() as conn:
+            conn.execution_options(fleetflame_write=True)
+            with conn.begin():
+                yield conn
+
+    def dialect_insert(self, table: sa.Table):  # type: ignore[no-untyped-def]
+        """Returns SQLite's INSERT construct."""
+        return sqlite_insert(table)
+
+    def add_samples(
+        self, conn: sa.Connection, width: int, rows: Sequence[tuple[int, int, int, int]]
+    ) -> None:
+        """Adds rows with one executemany of an upsert."""
+        if rows:
+            conn.exec_driver_sql(_ADD_SAMPLES, [(width, b, s, k, c) for b, s, k, c in rows])
+
+    def upsert_cursor_entries(
+        self, conn: sa.Connection, rows: Sequence[tuple[str, int, int, int]]
+    ) -> None:
+        """Sets cursor entries with one executemany of an upsert."""
+        if rows:
+            conn.exec_driver_sql(_SET_CURSOR, list(rows))

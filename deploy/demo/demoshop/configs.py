@@ -1,0 +1,47 @@
+"""The configuration files the demo writes for the collector and the web UI, under var/demo."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from demoshop import ports
+
+
+def database_url(var: Path) -> str:
+    """The SQLAlchemy URL of the demo's profile store: a SQLite file in the var folder."""
+    return f"sqlite:///{var / 'fleetflame.db'}"
+
+
+def _toml_str(value: str) -> str:
+    # A JSON string is also a valid TOML basic string (same escapes).
+    return json.dumps(value)
+
+
+def _write(path: Path, text: str) -> Path:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+def write_collector_config(var: Path, plan: ports.PortPlan, poll_interval: float) -> Path:
+    """Writes var/demo/collector.toml: poll every sampler port of the demo, store in SQLite."""
+    text = f"""# Written by the demo (deploy/demo): see deploy/collector.toml for a documented example.
+database_url = {_toml_str(database_url(var))}
+poll_interval = {poll_interval}
+targets = [{_toml_str(f"{ports.HOST}:{plan.sampler_range}")}]
+target_labels = {{ environment = "demo" }}
+health_listen = {_toml_str(f"{ports.HOST}:{plan.collector_health}")}
+"""
+    return _write(var / "collector.toml", text)
+
+
+def write_web_config(var: Path) -> Path:
+    """Writes var/demo/webui.toml: read the demo's store (host and port go on the command line)."""
+    text = f"""# Written by the demo (deploy/demo).
+database_url = {_toml_str(database_url(var))}
+title = "fleetflame demo"
+"""
+    return _write(var / "webui.toml", text)

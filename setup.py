@@ -1,0 +1,74 @@
+"""fleetflame: an always-on sampling profiler for Python fleets."""
+
+import importlib.util
+from pathlib import Path
+
+from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
+
+
+class BuildPyWithAssets(build_py):
+    """Copies the web UI's JavaScript from node_modules into the package before building."""
+
+    def run(self):
+        path = Path(__file__).resolve().parent / "webui" / "build_assets.py"
+        spec = importlib.util.spec_from_file_location("_fleetflame_build_assets", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        try:
+            module.build_assets()
+        except Exception as exc:  # noqa: BLE001 - an editable install can go on without them
+            if not getattr(self, "editable_mode", False):
+                raise
+            print(f"warning: web UI assets not built: {exc}")
+        super().run()
+
+
+COLLECTOR = [
+    "SQLAlchemy>=2.0,<3",
+    "alembic>=1.12",
+    "APScheduler>=3.10,<4",
+    "requests>=2.31",
+    "psycopg[binary]>=3.1",
+]
+WEB = COLLECTOR + ["Flask>=3.0"]
+DEV = WEB + [
+    "pytest>=8",
+    "pytest-timeout>=2.3",
+    "playwright>=1.45",
+    "py-spy>=0.3.14",
+    "gunicorn>=22",
+    "uWSGI>=2.0.22",
+    "PyYAML>=6",
+    "Django>=4.2",
+    "ruff>=0.5",
+    "mypy>=1.10",
+]
+
+setup(
+    name="fleetflame",
+    version="0.1.0",
+    description="Always-on production sampling profiler for Python fleets",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(
+        include=["sampler", "sampler.*", "collector", "collector.*", "webui", "webui.*"]
+    ),
+    include_package_data=True,
+    package_data={
+        "sampler": ["py.typed"],
+        "collector": [
+            "py.typed",
+            "migrations/*.ini",
+            "migrations/*.py",
+            "migrations/*.mako",
+            "migrations/versions/*.py",
+        ],
+        "webui": ["py.typed", "templates/*", "static/*", "static/**/*"],
+    },
+    install_requires=[],
+    extras_require={"collector": COLLECTOR, "web": WEB, "dev": DEV},
+    entry_points={"console_scripts": ["fleetflame = sampler.cli:main"]},
+    cmdclass={"build_py": BuildPyWithAssets},
+)

@@ -1,0 +1,173 @@
+"""fleetflame attach against real processes with the real py-spy."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+
+import pytest
+import requests
+from pollhelpers import ROOT, collector_settings, stored, wait_until
+
+from collector.attach import Attacher, convert_raw, find_process, permission_help
+from collector.deltas import validate_profile
+from collector.service import Collector
+from sampler.profile import parse_folded
+
+PY_SPY = (
+    str(ROOT / ".venv" / "bin" / "py-spy")
+    if (ROOT / ".venv/bin/py-spy").exists()
+    else (shutil.which("py-spy") or "py-spy")
+)
+
+TARGET = r"""
+import sys
+class Billing:
+    def total(self):
+        return sum(i * i for i in range(20000))
+def legacy_main():
+    print("ready", flush=True)
+    while True:
+        Billing().total()
+legacy_main()
+"""
+
+
+@pytest.fixture
+def target_process():
+    proc = subprocess.Popen(
+        [sys.executable, "-c", TARGET, "legacy-billing-marker"], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout.readline().strip() == "ready"
+    yield proc
+    proc.kill()
+    proc.wait(10)
+    proc.stdout.close()
+
+
+def test_convert_raw_frames_to_wire_names():
+    raw = (
+        "<module> (app.py);main (app.py);Billing.total (billing/core.py) 7\n"
+        "<module> (app.py);x (pkg/__init__.py);f;g (a b.py:12) 2\nnot a line\n"
+    )
+    assert convert_raw(raw) == {
+        "app:<module>;app:main;billing.core:Billing.total": 7,
+        "app:<module>;pkg:x;f;a b:g": 2,
+    }
+
+
+def test_attach_serves_the_sampler_endpoints_and_the_collector_stores_it(
+    target_process, sqlite_url
+):
+    from collector.attach import serve
+
+    attacher = Attacher(
+        pid=target_process.pid,
+        window=1,
+        rate=200,
+        service="billing",
+        labels={"team": "legacy"},
+        py_spy=PY_SPY,
+    )
+    server = serve(attacher, "127.0.0.1", 0, None)
+    address = f"127.0.0.1:{server.server_address[1]}"
+    runner = threading.Thread(target=attacher.run, daemon=True)
+    runner.start()
+    try:
+        wait_until(lambda: attacher.windows >= 2, timeout=60, what="two py-spy windows")
+        assert attacher.error is None
+        doc = requests.get(f"http://{address}/profile.json", timeout=10).json()
+        profile = validate_profile(doc)
+        assert profile.labels["service"] == "billing" and profile.labels["team"] == "legacy"
+        assert profile.instance_id and doc["instance"]["pid"] == target_process.pid
+        stacks = requests.get(f"http://{address}/stacks", timeout=10).text
+        counts = parse_folded(stacks)
+        assert any("__main__:legacy_main" in s or ":legacy_main" in s for s in counts)
+        assert any(s.endswith("Billing.total") or "Billing.total" in s for s in counts)
+        # The collector treats it like any worker.
+        c = Collector(collector_settings(sqlite_url, [address]))
+        c.migrate()
+        try:
+            report = c.poll_cycle()
+        finally:
+            c.stop()
+        assert report.ok == 1 and report.samples > 0
+        held = stored(sqlite_url, profile.instance_id)
+        assert sum(held.values()) == report.samples
+    finally:
+        attacher.stop()
+        runner.join(30)
+        server.shutdown()
+        server.server_close()
+
+
+def test_match_finds_the_oldest_matching_process(target_process):
+    assert find_process(r"legacy-billing-marker") == target_process.pid
+    assert find_process(r"no-process-has-this-\d{40}") is None
+
+
+def test_permission_denied_says_what_is_needed(target_process, tmp_path):
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root to run py-spy as an unprivileged user")
+    # The real py-spy, as user nobody, against a root process: the kernel refuses ptrace.
+    wrapper = tmp_path / "py-spy-as-nobody"
+    wrapper.write_text(
+        f'#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --clear-groups "{PY_SPY}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "collector.attach",
+            "--pid",
+            str(target_process.pid),
+            "--port",
+            "0",
+            "--window",
+            "1",
+            "--py-spy",
+            str(wrapper),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert result.returncode == 3, result.stderr
+    assert "permission denied" in result.stderr
+    assert "CAP_SYS_PTRACE" in result.stderr and "ptrace_scope" in result.stderr
+    assert "SYS_PTRACE" in permission_help(1)
+
+
+def test_pid_that_exits_ends_attach_with_a_clear_message(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    try:
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "collector.attach",
+                "--pid",
+                str(proc.pid),
+                "--port",
+                "0",
+                "--window",
+                "1",
+                "--py-spy",
+                PY_SPY,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+    finally:
+        proc.wait(10)
+    assert result.returncode == 4, result.stderr
+    assert f"process {proc.pid} is gone" in result.stderr

@@ -1,0 +1,242 @@
+"""Deltas between cumulative snapshots: new instances, growth, resets, validation."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import replace
+
+import pytest
+from pollhelpers import make_doc
+
+from collector.deltas import (
+    Limits,
+    ProfileError,
+    TargetState,
+    compute_delta,
+    decode_profile,
+    merge_cursor_updates,
+    validate_profile,
+)
+
+
+def profile(stacks, *, instance="a1", label_sets=None, labels=None):
+    return validate_profile(
+        make_doc(stacks, instance=instance, label_sets=label_sets, labels=labels)
+    )
+
+
+def delta(prev, prof, **kw):
+    return compute_delta("w1:8021", kw.pop("target_labels", {}), prev, prof, bucket=600)
+
+
+def row_counts(d):
+    return {(r.stack, tuple(sorted(r.labels.items()))): r.count for r in d.rows}
+
+
+def test_first_snapshot_is_all_new():
+    d = delta(None, profile([(0, "a;b", 5), (0, "a;c", 3)]))
+    assert row_counts(d) == {("a;b", ()): 5, ("a;c", ()): 3}
+    assert d.new_instance and d.cursor.replaced
+    assert d.cursor.counts == {(0, "a;b"): 5, (0, "a;c"): 3}
+    assert d.samples == 8
+    assert all(r.bucket == 600 and r.instance == "a1" and r.mode == "cpu" for r in d.rows)
+
+
+def test_growth_gives_the_difference_and_changed_keys_only():
+    first = delta(None, profile([(0, "a;b", 5), (0, "a;c", 3)]))
+    second = delta(first.state, profile([(0, "a;b", 9), (0, "a;c", 3), (0, "a;d", 1)]))
+    assert row_counts(second) == {("a;b", ()): 4, ("a;d", ()): 1}
+    assert not second.cursor.replaced
+    assert second.cursor.counts == {(0, "a;b"): 9, (0, "a;d"): 1}
+    assert second.state.counts == {(0, "a;b"): 9, (0, "a;c"): 3, (0, "a;d"): 1}
+
+
+def test_unchanged_snapshot_gives_nothing():
+    first = delta(None, profile([(0, "a;b", 5)]))
+    again = delta(first.state, profile([(0, "a;b", 5)]))
+    assert again.rows == [] and again.cursor is None and again.samples == 0
+
+
+def test_new_instance_id_counts_everything_again():
+    first = delta(None, profile([(0, "a;b", 50)]))
+    restarted = delta(first.state, profile([(0, "a;b", 7)], instance="b2"))
+    assert row_counts(restarted) == {("a;b", ()): 7}
+    assert restarted.new_instance and restarted.cursor.replaced
+    assert restarted.state.instance == "b2"
+
+
+def test_count_going_down_is_a_reset_never_negative():
+    first = delta(None, profile([(0, "a;b", 50), (0, "a;c", 10)]))
+    d = delta(first.state, profile([(0, "a;b", 4), (0, "a;c", 12)]))
+    assert row_counts(d) == {("a;b", ()): 4, ("a;c", ()): 2}
+    assert d.resets == 1
+    assert all(r.count > 0 for r in d.rows)
+
+
+def test_label_sets_keep_their_ids_when_the_sampler_reorders_them():
+    sets1 = [{}, {"route": "/a"}]
+    first = delta(None, profile([(0, "x", 1), (1, "y", 2)], label_sets=sets1))
+    sets2 = [{}, {"route": "/b"}, {"route": "/a"}]
+    second = delta(first.state, profile([(0, "x", 1), (2, "y", 5), (1, "y", 1)], label_sets=sets2))
+    assert row_counts(second) == {("y", (("route", "/a"),)): 3, ("y", (("route", "/b"),)): 1}
+    assert second.cursor.label_sets == {2: {"route": "/b"}}
+    assert second.cursor.counts == {(1, "y"): 5, (2, "y"): 1}
+
+
+def test_labels_service_and_host_come_from_process_then_target():
+    prof = profile(
+        [(1, "x", 1)],
+        label_sets=[{}, {"route": "/a"}],
+        labels={"service": "api", "host": "web-3", "version": "1"},
+    )
+    d = delta(None, prof, target_labels={"environment": "prod", "version": "2"})
+    (row,) = d.rows
+    assert (row.service, row.host) == ("api", "web-3")
+    assert dict(row.labels) == {"route": "/a", "version": "2", "environment": "prod"}
+
+
+def test_rows_that_collapse_to_one_label_set_are_summed():
+    prof = profile([(0, "x", 2), (1, "x", 3)], label_sets=[{}, {"env": "dev"}])
+    d = delta(None, prof, target_labels={"env": "prod"})
+    assert [(r.stack, dict(r.labels), r.count) for r in d.rows] == [("x", {"env": "prod"}, 5)]
+
+
+def test_merge_cursor_updates_has_the_effect_of_both():
+    first = delta(None, profile([(0, "a", 1), (0, "b", 1)]))
+    second = delta(first.state, profile([(0, "a", 3), (0, "b", 1)]))
+    merged = merge_cursor_updates(first.cursor, second.cursor)
+    assert merged.replaced and merged.counts == {(0, "a"): 3, (0, "b"): 1}
+    third = delta(second.state, profile([(0, "a", 1)], instance="zz"))
+    assert merge_cursor_updates(merged, third.cursor) == third.cursor
+
+
+def _mutated(path, value):
+    doc = make_doc([(0, "a;b", 5)])
+    target = doc
+    for step in path[:-1]:
+        target = target[step]
+    if value is KeyError:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (("format",), "fleetflame.profile/2", "not supported"),
+        (("format",), 3, "format"),
+        (("instance",), KeyError, "instance"),
+        (("instance", "id"), "", "instance.id"),
+        (("instance", "id"), 42, "instance.id"),
+        (("mode",), "gpu", "mode"),
+        (("interval",), -1, "interval"),
+        (("interval",), "0.01", "interval"),
+        (("time",), float("nan"), "time"),
+        (("labels",), ["service"], "labels"),
+        (("labels", "service"), 3, "labels"),
+        (("label_sets",), [], "label_sets"),
+        (("stacks",), {"a": 1}, "stacks"),
+        (("stacks", 0), [0, "a;b"], "stacks[0]"),
+        (("stacks", 0), [5, "a;b", 1], "label set index"),
+        (("stacks", 0), [0, "", 1], "non-empty"),
+        (("stacks", 0), [0, "a;b", -3], "negative"),
+        (("stacks", 0), [0, "a;b", 10**30], "absurd"),
+        (("stacks", 0), [0, "a;b", 1.5], "whole number"),
+        (("stacks", 0), [0, "a;b", True], "whole number"),
+        (("stacks", 0), [0, "a\x00b", 1], "control character"),
+        (("stacks", 0), [0, "a;;b", 1], "empty frame"),
+        (("stacks", 0), [0, "a\ud800", 1], "control character"),
+        (("labels", "version"), "x\x00", "NUL"),
+    ],
+)
+def test_validation_names_the_bad_field(path, value, message):
+    with pytest.raises(ProfileError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        validate_profile(_mutated(path, value))
+
+
+def test_too_many_stacks_is_refused():
+    doc = make_doc([(0, f"s{i}", 1) for i in range(11)])
+    with pytest.raises(ProfileError, match="more than the limit of 10"):
+        validate_profile(doc, Limits(max_stacks=10))
+
+
+def test_decode_rejects_bad_json_and_non_objects():
+    with pytest.raises(ProfileError, match="not valid JSON"):
+        decode_profile(b'{"format": ')
+    with pytest.raises(ProfileError, match="expected a JSON object"):
+        decode_profile(b"[1, 2]")
+    good = make_doc([(0, "a", 1)])
+    assert decode_profile(json.dumps(good).encode()).stacks == {(0, "a"): 1}
+
+
+def test_validation_does_not_modify_the_document():
+    doc = make_doc([(0, "a", 1), (0, "a", 2)])
+    before = copy.deepcopy(doc)
+    prof = validate_profile(doc)
+    assert doc == before
+    assert prof.stacks == {(0, "a"): 3}
+
+
+def test_state_is_not_shared_with_the_previous_one():
+    first = delta(None, profile([(0, "a", 1)]))
+    prev = TargetState(first.state.instance, dict(first.state.counts), dict(first.state.label_sets))
+    delta(first.state, profile([(0, "a", 4)]))
+    assert first.state.counts == prev.counts
+
+
+def test_absurd_growth_between_polls_is_refused_and_consumes_nothing():
+    first = delta(None, profile([(0, "a", 5)]))
+    with pytest.raises(ProfileError, match="grew by 2000000000"):
+        delta(first.state, profile([(0, "a", 2_000_000_005)]))
+    assert first.state.counts == {(0, "a"): 5}
+    sane = delta(first.state, profile([(0, "a", 9)]))
+    assert row_counts(sane) == {("a", ()): 4}
+
+
+@pytest.mark.parametrize(
+    "stack", ["a;b\n", "a\x01;b", "a\x7f", "a\ud800;b", ";a", "a;", "a;;b", "a\\;b\x00"]
+)
+def test_decode_refuses_bad_stacks_however_they_are_encoded(stack):
+    # Escaped (\u0001) or raw (DEL may be raw in JSON), the fast path must not let them through.
+    for raw in (
+        json.dumps(make_doc([(0, stack, 1)])).encode("utf-8", "surrogatepass"),
+        json.dumps(make_doc([(0, stack, 1)]), ensure_ascii=False).encode("utf-8", "surrogatepass"),
+    ):
+        with pytest.raises(ProfileError):
+            decode_profile(raw)
+
+
+def incremental(stacks, *, since, generation, instance="a1"):
+    doc = make_doc(stacks, instance=instance)
+    doc.update(since=since, generation=generation)
+    return validate_profile(doc)
+
+
+def test_an_incremental_document_gives_the_same_rows_as_a_full_one():
+    first = profile([(0, "a;b", 5), (0, "a;c", 3)])
+    base = delta(None, replace(first, generation=40)).state
+    assert base.generation == 40 and base.since_query() == "?since=40&instance=a1"
+    full = delta(base, replace(profile([(0, "a;b", 9), (0, "a;c", 3), (0, "d", 1)]), generation=70))
+    part = delta(base, incremental([(0, "a;b", 9), (0, "d", 1)], since=40, generation=70))
+    assert row_counts(part) == row_counts(full) == {("a;b", ()): 4, ("d", ()): 1}
+    assert part.state.counts == full.state.counts == {(0, "a;b"): 9, (0, "a;c"): 3, (0, "d"): 1}
+    assert part.state.generation == 70
+
+
+def test_an_incremental_document_for_another_snapshot_is_refused_and_read_whole_next():
+    base = delta(None, replace(profile([(0, "a;b", 5)]), generation=40)).state
+    with pytest.raises(ProfileError, match="since tick 39"):
+        delta(base, incremental([(0, "a;b", 9)], since=39, generation=70))
+    assert base.since_query() == ""  # the next poll asks for every stack
+    with pytest.raises(ProfileError, match="since tick 40"):
+        delta(None, incremental([(0, "a;b", 9)], since=40, generation=70))
+
+
+def test_since_beyond_the_generation_is_invalid():
+    doc = make_doc([(0, "a", 1)])
+    doc.update(since=80, generation=70)
+    with pytest.raises(ProfileError, match="since"):
+        validate_profile(doc)

@@ -1,0 +1,161 @@
+"""Reads: filters, timelines, top functions, label values, bad queries; and the pure planner."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from storehelpers import T0, row, store_fixture  # noqa: F401  (the `store` fixture)
+
+from collector.functions import FunctionStat, function_stats
+from collector.query import Filters, Query
+from collector.store import InvalidQuery, Store
+from collector.store.tiers import Segment, TierState, plan
+
+
+@pytest.fixture
+def fleet(store: Store) -> Query:
+    """Two services on three hosts, with route and version labels, over three minutes."""
+    rows = []
+    for minute in range(3):
+        b = T0 + 60 * minute
+        rows += [
+            row(b, "m;api;get", 1, host="web-1", instance="a1", labels={"route": "/get", "v": "1"}),
+            row(b, "m;api;put", 2, host="web-1", instance="a1", labels={"route": "/put", "v": "1"}),
+            row(b, "m;api;get", 4, host="web-2", instance="a2", labels={"route": "/get", "v": "2"}),
+            row(b, "m;job;run", 8, service="batch", host="job-1", instance="b1", labels={"v": "2"}),
+        ]
+    store.write(rows)
+    return Query(store)
+
+
+def test_filters_or_within_a_key_and_across_keys(fleet: Query) -> None:
+    window = (T0, T0 + 180)
+    assert fleet.profile(*window) == {"m;api;get": 15, "m;api;put": 6, "m;job;run": 24}
+    assert fleet.profile(*window, Filters(services=("batch",))) == {"m;job;run": 24}
+    assert fleet.profile(*window, Filters(hosts=("web-1", "job-1"))) == {
+        "m;api;get": 3,
+        "m;api;put": 6,
+        "m;job;run": 24,
+    }
+    assert fleet.profile(*window, Filters(instances=("a2",))) == {"m;api;get": 12}
+    both_routes = Filters(labels=(("route", "/get"), ("route", "/put")))
+    assert fleet.profile(*window, both_routes) == {"m;api;get": 15, "m;api;put": 6}
+    route_and_version = Filters(labels=(("route", "/get"), ("v", "2")))
+    assert fleet.profile(*window, route_and_version) == {"m;api;get": 12}
+    assert fleet.profile(*window, Filters(services=("api",), labels=(("v", "2"),))) == {
+        "m;api;get": 12
+    }
+    assert fleet.profile(*window, Filters(labels=(("nope", "x"),))) == {}
+    assert fleet.profile(*window, Filters(mode="wall")) == {}
+
+
+def test_timeline_per_bucket_and_per_step(fleet: Query) -> None:
+    assert fleet.timeline(T0, T0 + 180) == [(T0, 15), (T0 + 60, 15), (T0 + 120, 15)]
+    assert fleet.timeline(T0, T0 + 180, Filters(services=("batch",))) == [
+        (T0, 8),
+        (T0 + 60, 8),
+        (T0 + 120, 8),
+    ]
+    assert fleet.timeline(T0, T0 + 180, step=120) == [(T0, 30), (T0 + 120, 15)]
+    assert fleet.timeline(T0 + 60, T0 + 120) == [(T0 + 60, 15)]
+
+
+def test_top_functions(fleet: Query) -> None:
+    top = fleet.top_functions(T0, T0 + 180)
+    assert top[0] == FunctionStat("m;job;run".split(";")[-1], 24, 24)
+    by_name = {s.name: s for s in top}
+    assert by_name["m"] == FunctionStat("m", 0, 45)
+    assert by_name["api"] == FunctionStat("api", 0, 21)
+    assert fleet.top_functions(T0, T0 + 180, limit=2) == top[:2]
+
+
+def test_recursive_frames_count_once_in_total() -> None:
+    stats = {s.name: s for s in function_stats({"a;b;a;b;a": 10, "a;c": 5, "b": 1})}
+    assert stats["a"] == FunctionStat("a", 10, 15)
+    assert stats["b"] == FunctionStat("b", 1, 11)
+    assert all(s.total <= 16 for s in stats.values())
+
+
+def test_label_values_honour_the_other_filters(fleet: Query) -> None:
+    window = (T0, T0 + 180)
+    assert fleet.label_values(*window) == {
+        "service": ["api", "batch"],
+        "host": ["job-1", "web-1", "web-2"],
+        "instance": ["a1", "a2", "b1"],
+        "route": ["/get", "/put"],
+        "v": ["1", "2"],
+    }
+    picked = fleet.label_values(*window, Filters(services=("batch",)))
+    assert picked["service"] == ["api", "batch"]  # the alternatives to the selection stay
+    assert picked["host"] == ["job-1"]
+    assert picked["v"] == ["2"]
+    assert "route" not in picked
+    assert fleet.label_values(T0 + 600, T0 + 900)["service"] == []
+
+
+def test_tree_of_a_window(fleet: Query) -> None:
+    tree = fleet.tree(T0, T0 + 60)
+    assert tree.total == 15
+    assert tree.children["m"].children["api"].total == 7
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda q: q.profile(T0 + 60, T0),
+        lambda q: q.profile("yesterday", T0),
+        lambda q: q.profile(T0, T0 + 60, Filters(mode="gpu")),
+        lambda q: q.timeline(T0, T0 + 60, step=0),
+        lambda q: q.label_values(T0, 1.5),
+    ],
+)
+def test_bad_queries_raise_invalid_query(fleet: Query, call) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InvalidQuery):
+        call(fleet)
+
+
+def covers_without_overlap(segments: list[Segment], start: int, end: int) -> None:
+    for a, b in zip(segments, segments[1:], strict=False):
+        assert a.end <= b.start
+    for seg in segments:
+        assert start <= seg.start < seg.end <= end
+
+
+def test_plan_prefers_coarse_tiers_and_never_overlaps() -> None:
+    rng = random.Random(3)
+    day = 86400
+    for _ in range(2000):
+        rolled_hour = rng.randrange(0, 40) * 3600
+        rolled_ten = rolled_hour + rng.randrange(0, 30) * 600
+        kept_fine = rng.randrange(0, rolled_ten // 3600 + 1) * 3600
+        kept_ten = rng.randrange(0, kept_fine // 3600 + 1) * 3600
+        states = [
+            TierState(60, kept_fine, 0),
+            TierState(600, kept_ten, rolled_ten),
+            TierState(3600, 0, rolled_hour),
+        ]
+        start = rng.randrange(0, 2 * day // 60) * 60 + rng.choice([0, 17])
+        end = start + rng.randrange(0, day)
+        for max_width in (None, 60, 600):
+            segments = plan(start, end, states, max_width=max_width)
+            covers_without_overlap(segments, start, end)
+            for seg in segments:
+                state = next(s for s in states if s.width == seg.width)
+                rolled = 2**62 if seg.width == 60 else state.rolled_to
+                if seg.start % seg.width == 0 and seg.end % seg.width == 0:
+                    assert state.kept_from <= seg.start and seg.end <= rolled
+
+
+def test_plan_examples() -> None:
+    states = [TierState(60, 7200, 0), TierState(600, 0, 10800), TierState(3600, 0, 7200)]
+    assert plan(0, 14400, states) == [
+        Segment(3600, 0, 7200),
+        Segment(600, 7200, 10800),
+        Segment(60, 10800, 14400),
+    ]
+    assert plan(0, 14400, states, max_width=60) == [
+        Segment(600, 0, 7200),  # minute rows before 7200 are gone: the next finest
+        Segment(60, 7200, 14400),
+    ]
+    assert plan(100, 100, states) == []

@@ -1,0 +1,234 @@
+"""The collector service against real HTTP targets and a real store, on both engines."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import requests
+from pollhelpers import (
+    CapturedLog,
+    DocServer,
+    closed_port,
+    collector_settings,
+    make_doc,
+    stored,
+    wait_until,
+)
+
+from collector.service import Collector
+
+
+@pytest.fixture
+def logs():
+    captured = CapturedLog()
+    yield captured
+    captured.close()
+
+
+@pytest.fixture
+def server():
+    s = DocServer(make_doc([(0, "m;a", 5), (0, "m;b", 2)]))
+    yield s
+    s.close()
+
+
+def make_collector(db_url, targets, **changes):
+    c = Collector(collector_settings(db_url, targets, **changes))
+    c.migrate()
+    return c
+
+
+def test_cycles_store_exact_deltas_and_a_restart_resumes_from_the_cursors(db_url, server, logs):
+    c = make_collector(db_url, [server.address])
+    try:
+        report = c.poll_cycle()
+        assert (report.ok, report.failed, report.rows, report.samples) == (1, 0, 2, 7)
+        assert report.written
+        server.doc = make_doc([(0, "m;a", 9), (0, "m;b", 2), (0, "m;c", 1)])
+        assert c.poll_cycle().samples == 5
+        assert c.poll_cycle().rows == 0  # nothing changed
+    finally:
+        c.stop()
+    assert stored(db_url, "a1") == {"m;a": 9, "m;b": 2, "m;c": 1}
+    # A new collector process on the same database: same snapshot adds nothing...
+    c = make_collector(db_url, [server.address])
+    try:
+        assert c.poll_cycle().samples == 0
+        server.doc = make_doc([(0, "m;a", 12), (0, "m;b", 2), (0, "m;c", 1)])
+        assert c.poll_cycle().samples == 3
+        # ...and a restarted worker (new instance id) counts from zero.
+        server.doc = make_doc([(0, "m;a", 4)], instance="b2")
+        assert c.poll_cycle().samples == 4
+    finally:
+        c.stop()
+    assert stored(db_url, "a1") == {"m;a": 12, "m;b": 2, "m;c": 1}
+    assert stored(db_url, "b2") == {"m;a": 4}
+    assert logs.matching("new instance", f"target={server.address}", "instance=b2")
+
+
+def test_labels_reach_the_rows(sqlite_url, server):
+    from collector.query import Filters, Query
+    from collector.store import Store
+
+    server.doc = make_doc(
+        [(1, "m;a", 5)],
+        label_sets=[{}, {"route": "/x"}],
+        labels={"service": "api", "host": "web-3", "version": "1"},
+    )
+    c = make_collector(sqlite_url, [server.address], target_labels={"environment": "prod"})
+    try:
+        c.poll_cycle()
+    finally:
+        c.stop()
+    store = Store(sqlite_url)
+    try:
+        now = int(time.time())
+        values = Query(store).label_values(now - 7200, now + 7200, Filters())
+    finally:
+        store.close()
+    assert values["service"] == ["api"] and values["host"] == ["web-3"]
+    assert values["route"] == ["/x"] and values["environment"] == ["prod"]
+
+
+def test_closed_ports_in_a_range_are_debug_not_failures(sqlite_url, server, logs):
+    port = closed_port()
+    c = make_collector(
+        sqlite_url, [f"127.0.0.1:{port}-{port}", f"127.0.0.1:{closed_port()}", server.address]
+    )
+    try:
+        report = c.poll_cycle()
+    finally:
+        c.stop()
+    assert (report.targets, report.ok, report.failed) == (3, 1, 2)
+    assert logs.matching("level=debug", "range port closed", f"target=127.0.0.1:{port}")
+    assert not logs.matching("level=warning", f"target=127.0.0.1:{port}")
+    assert (
+        c.metrics.get(
+            "fleetflame_collector_target_failures_total",
+            target=f"127.0.0.1:{port}",
+            reason="refused",
+        )
+        == 0
+    )
+    assert logs.matching("level=warning", "poll failed", "reason=refused")
+
+
+def test_discovery_file_changes_are_picked_up(sqlite_url, server, tmp_path):
+    other = DocServer(make_doc([(0, "x;y", 3)], instance="o1"))
+    sd = tmp_path / "targets.json"
+    sd.write_text(json.dumps([{"targets": [server.address]}]))
+    c = make_collector(sqlite_url, [], target_files=[str(sd)])
+    try:
+        assert c.poll_cycle().targets == 1
+        tmp = tmp_path / "targets.json.tmp"
+        tmp.write_text(json.dumps([{"targets": [server.address, other.address]}]))
+        tmp.replace(sd)
+        report = c.poll_cycle()
+        assert (report.targets, report.samples) == (2, 3)
+    finally:
+        c.stop()
+        other.close()
+    assert stored(sqlite_url, "o1") == {"x;y": 3}
+
+
+def test_scheduled_collector_serves_health_and_metrics(sqlite_url, server):
+    c = Collector(
+        collector_settings(
+            sqlite_url, [server.address], poll_interval=0.3, health_listen="127.0.0.1:0"
+        )
+    )
+    c.start()
+    try:
+        wait_until(
+            lambda: c.metrics.get("fleetflame_collector_rows_written_total") == 2,
+            what="first write",
+        )
+        health = requests.get(c.health_url + "/healthz", timeout=5)
+        assert health.status_code == 200 and health.json()["status"] == "ok"
+        assert health.json()["database_up"] is True
+        server.doc = make_doc([(0, "m;a", 8), (0, "m;b", 2)])
+        wait_until(
+            lambda: c.metrics.get("fleetflame_collector_samples_written_total") == 10,
+            what="second write",
+        )
+        text = requests.get(c.health_url + "/metrics", timeout=5).text
+    finally:
+        c.stop()
+    assert "# TYPE fleetflame_collector_polls_total counter" in text
+    assert 'fleetflame_collector_polls_total{result="ok"}' in text
+    assert "fleetflame_collector_rows_written_total 3" in text
+    assert "fleetflame_collector_buffered_rows 0" in text
+    assert 'fleetflame_collector_fetch_seconds_bucket{le="+Inf"}' in text
+    assert f'fleetflame_collector_target_up{{target="{server.address}"}} 1' in text
+    assert stored(sqlite_url, "a1") == {"m;a": 8, "m;b": 2}
+
+
+def test_overrunning_cycle_is_logged_and_not_stacked(sqlite_url, server, logs):
+    import threading
+
+    from pollhelpers import hang_mid_response
+
+    release = threading.Event()
+    slow = DocServer(make_doc([(0, "s", 1)], instance="s1"))
+    slow.behaviour = hang_mid_response(release)
+    # The hanging target holds each cycle ~3 s (read timeout) against a 0.5 s interval.
+    c = Collector(
+        collector_settings(
+            sqlite_url,
+            [server.address, slow.address],
+            poll_interval=0.5,
+            read_timeout=3.0,
+            fetch_deadline=3.0,
+        )
+    )
+    running = []
+    original = c._poll_cycle
+
+    def tracked():
+        running.append(1)
+        assert len(running) == 1, "two poll cycles ran at once"
+        try:
+            return original()
+        finally:
+            running.pop()
+
+    c._poll_cycle = tracked
+    c.start()
+    try:
+        wait_until(
+            lambda: c.metrics.get("fleetflame_collector_overruns_total") >= 1,
+            timeout=30,
+            what="an overrun",
+        )
+        wait_until(lambda: logs.matching("poll cycle overran the interval"), what="overrun log")
+    finally:
+        release.set()
+        c.stop()
+        slow.close()
+    assert logs.matching("skipped, not stacked", "job=poll")
+    assert stored(sqlite_url, "a1") == {"m;a": 5, "m;b": 2}
+
+
+def test_polls_after_the_first_ask_only_for_what_changed(sqlite_url, server, logs):
+    server.doc["generation"] = 50
+    c = make_collector(sqlite_url, [server.address])
+    try:
+        c.poll_cycle()
+        server.doc = make_doc([(0, "m;a", 7)], now=server.doc["time"] + 10)
+        server.doc.update(generation=90, since=50)
+        c.poll_cycle()
+        assert server.paths == ["/profile.json", "/profile.json?since=50&instance=a1"]
+        assert stored(sqlite_url) == {"m;a": 7, "m;b": 2}
+        # An answer for a snapshot the collector does not hold: refused, then read whole.
+        server.doc.update(generation=120, since=100)
+        assert c.poll_cycle().failed == 1
+        assert logs.matching("not the snapshot the collector holds")
+        server.doc = make_doc([(0, "m;a", 8), (0, "m;b", 2)])
+        server.doc["generation"] = 130
+        c.poll_cycle()
+        assert server.paths[-1] == "/profile.json"
+        assert stored(sqlite_url) == {"m;a": 8, "m;b": 2}
+    finally:
+        c.stop()

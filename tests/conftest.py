@@ -1,0 +1,74 @@
+"""Fixtures shared by every test: database URLs on both engines."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+# The local PostgreSQL server (trust auth); CI starts it when it is down.
+PG_ADMIN_URL = os.environ.get(
+    "FLEETFLAME_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """Yields the URL of a fresh PostgreSQL database, dropped afterwards."""
+    import sqlalchemy as sa
+
+    name = f"fleetflame_test_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path) -> str:
+    """Returns the URL of a SQLite file in the test's temporary folder."""
+    return f"sqlite:///{tmp_path / 'fleetflame.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request) -> str:
+    """A database URL on each engine in turn: every storage test runs on both."""
+    return request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
+
+
+@pytest.fixture(autouse=True)
+def no_sampler_left_behind():
+    """Fails any test that leaves a sampler, a timer, a signal handler or a sampler thread behind."""
+    import signal
+    import threading
+
+    import sampler
+
+    yield
+    leftovers = []
+    if sampler.running() is not None:
+        leftovers.append("a running sampler")
+        sampler.stop()
+    for signum, timer in (
+        (signal.SIGPROF, signal.ITIMER_PROF),
+        (signal.SIGALRM, signal.ITIMER_REAL),
+    ):
+        if signal.getitimer(timer) != (0.0, 0.0):
+            leftovers.append(f"an armed {signal.Signals(signum).name} timer")
+            signal.setitimer(timer, 0, 0)
+        if signal.getsignal(signum) not in (signal.SIG_DFL, signal.SIG_IGN, None):
+            leftovers.append(f"a {signal.Signals(signum).name} handler")
+            signal.signal(signum, signal.SIG_DFL)
+    threads = [
+        t.name for t in threading.enumerate() if t.name.startswith("fleetflame-") and t.is_alive()
+    ]
+    if threads:
+        leftovers.append(f"threads {threads}")
+    assert not leftovers, "test left behind " + ", ".join(leftovers)

@@ -1,0 +1,114 @@
+"""Ground truth: a workload split 70/30 between two functions must come out within a few points."""
+
+import json
+import threading
+import time
+
+import pytest
+from samplerhelpers import run_sampled, share
+
+# Percentage points. CPU timers fire on the kernel's scheduler tick (4 ms here), so 8 s of CPU
+# give ~800 samples: a standard deviation of ~1.6 points, and 6 points is over 3 of them.
+TOLERANCE = 6.0
+
+
+@pytest.mark.parametrize("where", ["main", "thread"])
+def test_cpu_mode_finds_the_cpu_split(tmp_path, where):
+    truth = tmp_path / "truth.json"
+    counts = run_sampled(
+        tmp_path,
+        "split.py",
+        "--kind",
+        "cpu",
+        "--where",
+        where,
+        "--seconds",
+        "8",
+        "--truth",
+        str(truth),
+    )
+    expected = json.loads(truth.read_text())["hot_a"]
+    assert 60 < expected < 80
+    assert share(counts, "hot_a", ("hot_a", "hot_b")) == pytest.approx(expected, abs=TOLERANCE)
+    # An idle thread uses no CPU, so it must not appear in a CPU profile.
+    assert not any(":idle" in stack for stack in counts)
+    # 8 s of CPU at 100 Hz is 800 samples; the thread case loses the ~1 s before the auto
+    # driver notices the main thread is not running handlers, and counts it as dropped.
+    work = sum(c for s, c in counts.items() if ":work" in s)
+    assert (760 if where == "main" else 640) <= work <= 830
+
+
+def test_wall_mode_finds_the_sleep_split_and_idle_threads(tmp_path):
+    truth = tmp_path / "truth.json"
+    counts = run_sampled(
+        tmp_path,
+        "split.py",
+        "--kind",
+        "sleep",
+        "--where",
+        "thread",
+        "--seconds",
+        "4",
+        "--truth",
+        str(truth),
+        options=("--mode", "wall", "--driver", "thread", "--interval", "0.005"),
+    )
+    expected = json.loads(truth.read_text())["hot_a"]
+    assert share(counts, "hot_a", ("hot_a", "hot_b")) == pytest.approx(expected, abs=TOLERANCE)
+    # Wall time counts waiting: the idle thread is there for the whole run.
+    idle = sum(c for s, c in counts.items() if s.endswith(":idle") or ":idle;" in s)
+    assert idle >= 700  # 4 s at 200 Hz
+
+
+def burn_then_block(spent, done):
+    end = time.thread_time() + 0.3
+    while time.thread_time() < end:
+        sum(i * i for i in range(2000))
+    spent.append(time.thread_time())
+    done.wait()
+
+
+def test_a_reader_sees_the_cpu_used_after_the_last_tick():
+    # An idle process gets no CPU-timer ticks: the CPU a thread used after the last one is
+    # only read by a reader catching up. Two reads later, the counts match the thread's clock.
+    import sampler
+
+    s = sampler.start(port="none", interval=0.01, mode="cpu", driver="signal")
+    spent, done = [], threading.Event()
+    worker = threading.Thread(target=burn_then_block, args=(spent, done))
+    try:
+        worker.start()
+        while not spent:
+            time.sleep(0.01)
+        time.sleep(0.05)
+
+        def burnt_seconds():
+            counts = s._snapshot()
+            names = {key: s.table.folded(key) for key in counts}
+            return sum(c for k, c in counts.items() if "burn_then_block" in names[k]) * 0.01
+
+        burnt_seconds()
+        time.sleep(0.05)
+        assert abs(burnt_seconds() - spent[0]) < 0.002
+    finally:
+        done.set()
+        worker.join()
+        sampler.stop()
+
+
+def test_counts_stay_still_after_stop():
+    import sampler
+
+    s = sampler.start(port="none", interval=0.01, mode="cpu", driver="signal")
+    spin_for(0.1)
+    sampler.stop()
+    stopped = s.folded()
+    spin_for(0.1)  # a reader after stop must not take a tick of its own
+    time.sleep(0.05)
+    assert s.folded() == stopped
+
+
+def spin_for(seconds):
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        sum(i * i for i in range(1000))

@@ -1,0 +1,131 @@
+"""``python -m sampler run``: any program, sampled, with the profile written at exit."""
+
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+from samplerhelpers import WORKLOADS, env, run_sampled, share
+
+from sampler.profile import parse_folded
+
+
+def test_script_gets_its_arguments_and_its_exit_status_is_kept(tmp_path):
+    out, svg = tmp_path / "out.folded", tmp_path / "out.svg"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sampler",
+            "run",
+            "-o",
+            str(out),
+            "--svg",
+            str(svg),
+            str(WORKLOADS / "exits.py"),
+            "--flag",
+            "value",
+            "3",
+        ],
+        env=env(),
+        timeout=60,
+    )
+    assert result.returncode == 3
+    counts = parse_folded(out.read_text())
+    assert sum(c for s, c in counts.items() if s.endswith(":busy_for_a_while")) >= 20
+    root = ET.fromstring(svg.read_text())
+    names = {g.get("data-n") for g in root.iter("{http://www.w3.org/2000/svg}g")}
+    assert "__main__:busy_for_a_while" in names
+
+
+def test_module_mode(tmp_path):
+    out = tmp_path / "out.folded"
+    subprocess.run(
+        [sys.executable, "-m", "sampler", "run", "-o", str(out), "-m", "busymod"],
+        env=env(PYTHONPATH=f"{WORKLOADS}:{env()['PYTHONPATH']}"),
+        timeout=60,
+        check=True,
+    )
+    assert any(s.endswith("__main__:module_work") for s in parse_folded(out.read_text()))
+
+
+def test_fleetflame_command_dispatches_run(tmp_path):
+    out = tmp_path / "out.folded"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sampler.cli",
+            "run",
+            "-o",
+            str(out),
+            str(WORKLOADS / "exits.py"),
+            "--flag",
+            "value",
+            "0",
+        ],
+        env=env(),
+        timeout=60,
+        check=True,
+    )
+    assert parse_folded(out.read_text())
+
+
+def test_bad_option_is_a_clear_error(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "sampler", "run", "--mode", "gpu", str(WORKLOADS / "exits.py")],
+        env=env(),
+        timeout=60,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert "mode" in result.stderr and "cpu" in result.stderr
+
+
+@pytest.mark.skipif(
+    shutil.which("py-spy") is None
+    and not (__import__("pathlib").Path(sys.executable).parent / "py-spy").exists(),
+    reason="py-spy missing",
+)
+def test_agrees_with_py_spy_on_the_same_workload(tmp_path):
+    """py-spy's raw output is folded stacks too: both parse the same way and find the same split."""
+    py_spy = shutil.which("py-spy") or str(
+        __import__("pathlib").Path(sys.executable).parent / "py-spy"
+    )
+    raw = tmp_path / "py-spy.folded"
+    subprocess.run(
+        [
+            py_spy,
+            "record",
+            "--format",
+            "raw",
+            "--rate",
+            "100",
+            "--output",
+            str(raw),
+            "--",
+            sys.executable,
+            str(WORKLOADS / "split.py"),
+            "--kind",
+            "cpu",
+            "--seconds",
+            "6",
+        ],
+        env=env(),
+        timeout=120,
+        check=True,
+        capture_output=True,
+    )
+    theirs = parse_folded(raw.read_text())
+
+    def py_spy_share(name):
+        # py-spy names frames "function (file.py:line)"
+        relevant = {s: c for s, c in theirs.items() if "hot_a (" in s or "hot_b (" in s}
+        return (
+            100 * sum(c for s, c in relevant.items() if f"{name} (" in s) / sum(relevant.values())
+        )
+
+    ours = run_sampled(tmp_path, "split.py", "--kind", "cpu", "--seconds", "6")
+    assert share(ours, "hot_a", ("hot_a", "hot_b")) == pytest.approx(py_spy_share("hot_a"), abs=8)

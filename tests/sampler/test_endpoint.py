@@ -1,0 +1,279 @@
+"""The HTTP endpoint, over real sockets: formats, parameters, errors, tokens, slow clients."""
+
+import json
+import socket
+import threading
+import time
+import xml.etree.ElementTree as ET
+
+import pytest
+from samplerhelpers import HTTPStatusError, free_port, get, get_json
+
+import sampler
+from sampler.profile import parse_folded, unescape_frame
+
+
+def spin(seconds):
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+@pytest.fixture
+def running():
+    s = sampler.start(
+        port=0,
+        service="endpoint-test",
+        labels={"version": "9.9"},
+        mode="wall",
+        driver="thread",
+        interval=0.005,
+    )
+    yield s
+    sampler.stop()
+
+
+def test_stacks_profile_and_info_agree(running):
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait, name="waiter")
+    worker.start()
+    time.sleep(0.5)
+    stop.set()
+    worker.join()
+    folded = parse_folded(get(running.url + "/stacks").decode())
+    later = parse_folded(get(running.url + "/").decode())
+    assert all(later[stack] >= count for stack, count in folded.items())
+    assert any("threading:Event.wait" in stack for stack in folded)
+    doc = get_json(running.url + "/profile.json")
+    assert doc["format"] == "fleetflame.profile/1"
+    assert doc["labels"] == {
+        "service": "endpoint-test",
+        "host": socket.gethostname(),
+        "version": "9.9",
+    }
+    assert doc["mode"] == "wall" and doc["interval"] == 0.005
+    assert doc["label_sets"][0] == {}
+    assert doc["total_samples"] == sum(count for _, _, count in doc["stacks"])
+    assert doc["total_samples"] > 0
+    info = get_json(running.url + "/info")
+    assert info["instance"] == doc["instance"]
+    assert info["driver"] == "thread" and info["status"] == "ok"
+    assert info["distinct_stacks"] >= len({stack for _, stack, _ in doc["stacks"]})
+
+
+def test_counts_only_grow_so_readers_never_steal(running):
+    first = get_json(running.url + "/profile.json")
+    time.sleep(0.3)
+    second = get_json(running.url + "/profile.json")
+    assert second["instance"]["id"] == first["instance"]["id"]
+    before = {(tuple(first["label_sets"][i].items()), s): c for i, s, c in first["stacks"]}
+    after = {(tuple(second["label_sets"][i].items()), s): c for i, s, c in second["stacks"]}
+    assert all(after.get(key, 0) >= count for key, count in before.items())
+    assert second["total_samples"] > first["total_samples"]
+
+
+def test_seconds_gives_a_fresh_profile(running):
+    done = threading.Event()
+
+    def later():
+        time.sleep(0.3)
+        spin_thread = threading.Thread(target=spin, args=(0.5,), name="late-spinner")
+        spin_thread.start()
+        spin_thread.join()
+        done.set()
+
+    cumulative_before = parse_folded(get(running.url + "/stacks").decode())
+    assert not any("spin" in s for s in cumulative_before)
+    threading.Thread(target=later).start()
+    fresh = parse_folded(get(running.url + "/stacks?seconds=1", timeout=20).decode())
+    done.wait(10)
+    assert any(":spin" in s for s in fresh)
+    # The fresh window is about 1 s of wall time per thread, not everything since start.
+    assert sum(c for s, c in fresh.items() if ":spin" in s) <= 1.2 / 0.005
+
+
+def test_flamegraph_svg_is_valid_xml(running):
+    time.sleep(0.2)
+    svg = get(running.url + "/flamegraph.svg").decode()
+    root = ET.fromstring(svg)
+    assert root.tag.endswith("svg")
+    rects = root.findall(".//{http://www.w3.org/2000/svg}rect")
+    assert len(rects) > 3
+
+
+@pytest.mark.parametrize(
+    "path, status, message",
+    [
+        ("/nope", 404, "no such endpoint"),
+        ("/stacks?seconds=abc", 400, "seconds must be"),
+        ("/stacks?seconds=0", 400, "seconds must be"),
+        ("/stacks?seconds=100000", 400, "seconds must be"),
+        ("/flamegraph.svg?seconds=-1", 400, "seconds must be"),
+        ("/profile.json?since=-1", 400, "since must be"),
+        ("/profile.json?since=1e3", 400, "since must be"),
+        ("/profile.json?since=%C2%B2", 400, "since must be"),
+    ],
+)
+def test_bad_requests_get_a_clear_4xx(running, path, status, message):
+    with pytest.raises(HTTPStatusError) as caught:
+        get(running.url + path)
+    assert caught.value.code == status
+    assert message in caught.value.body
+
+
+def test_post_is_refused(running):
+    with pytest.raises(HTTPStatusError) as caught:
+        get(running.url + "/stacks", method="POST", data=b"x")
+    assert caught.value.code == 405
+
+
+def test_slow_client_does_not_stall_sampling_or_other_clients(running):
+    slow = socket.create_connection(("127.0.0.1", running.server.port))
+    slow.sendall(b"GET /stacks HTTP/1.1\r\nHost: x\r\n")  # never finishes its headers
+    ticks = running.ticks
+    started = time.monotonic()
+    assert get(running.url + "/info", timeout=5)
+    assert time.monotonic() - started < 2
+    time.sleep(0.2)
+    assert running.ticks > ticks
+    slow.close()
+
+
+def test_too_many_concurrent_requests_get_503(running):
+    results = []
+
+    def fetch():
+        try:
+            get(running.url + "/stacks?seconds=1", timeout=20)
+            results.append(200)
+        except HTTPStatusError as exc:
+            results.append(exc.code)
+
+    threads = [threading.Thread(target=fetch) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results.count(200) == 8 and results.count(503) == 4
+
+
+def test_token_is_required_when_set():
+    s = sampler.start(port=0, token="s3cret", driver="thread")
+    try:
+        with pytest.raises(HTTPStatusError) as caught:
+            get(s.url + "/stacks")
+        assert caught.value.code == 401
+        with pytest.raises(HTTPStatusError):
+            get(s.url + "/stacks", headers={"Authorization": "Bearer wrong"})
+        assert get(s.url + "/info", headers={"Authorization": "Bearer s3cret"})
+    finally:
+        sampler.stop()
+
+
+def test_binding_beyond_loopback_requires_a_token():
+    with pytest.raises(sampler.ConfigError, match="token"):
+        sampler.start(port=0, host="0.0.0.0")
+    assert sampler.running() is None
+
+
+def test_port_range_skips_busy_ports():
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    s = sampler.start(port=f"{port}-{port + 20}", driver="thread")
+    try:
+        assert port < s.server.port <= port + 20
+    finally:
+        sampler.stop()
+        busy.close()
+
+
+def test_busy_single_port_is_a_clear_error():
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    try:
+        with pytest.raises(sampler.SamplerError, match="range"):
+            sampler.start(port=port, driver="thread")
+    finally:
+        busy.close()
+    assert sampler.running() is None
+
+
+def test_hostile_frame_names_are_escaped_everywhere(running):
+    def evil():
+        time.sleep(0.3)
+
+    evil.__code__ = evil.__code__.replace(
+        co_qualname="evil;name\nwith <img src=x onerror=alert(1)>"
+    )
+    t = threading.Thread(target=evil, name="evil")
+    t.start()
+    t.join()
+    text = get(running.url + "/stacks").decode()
+    for line in text.splitlines():
+        stack, _, count = line.rpartition(" ")
+        assert count.isdigit()
+    folded = parse_folded(text)
+    frames = {unescape_frame(f) for stack in folded for f in stack.split(";")}
+    assert any(f.endswith("evil;name\nwith <img src=x onerror=alert(1)>") for f in frames)
+    svg = get(running.url + "/flamegraph.svg").decode()
+    root = ET.fromstring(svg)  # still well-formed XML
+    assert not root.findall(".//{http://www.w3.org/2000/svg}img")
+    assert "&lt;img src=x" in svg
+
+
+def test_profile_json_stacks_parse_as_folded(running):
+    time.sleep(0.2)
+    doc = json.loads(get(running.url + "/profile.json"))
+    text = "".join(f"{stack} {count}\n" for _, stack, count in doc["stacks"])
+    assert sum(parse_folded(text).values()) == doc["total_samples"]
+
+
+def test_free_port_helper_is_free():
+    port = free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+
+
+def busy_in_a():
+    spin(0.2)
+
+
+def busy_in_b():
+    spin(0.2)
+
+
+def test_since_lists_only_what_changed_after_a_tick_read_before():
+    s = sampler.start(port=0, mode="cpu", driver="thread", interval=0.005)
+    try:
+        busy_in_a()
+        time.sleep(0.05)
+        first = get_json(s.url + "/profile.json")
+        assert first["since"] == 0 and first["generation"] > 0
+        busy_in_b()
+        time.sleep(0.05)
+        since, instance = first["generation"], first["instance"]["id"]
+        changed = get_json(f"{s.url}/profile.json?since={since}&instance={instance}")
+        full = get_json(s.url + "/profile.json")
+        assert changed["since"] == since and changed["generation"] > since
+        listed = {stack: count for _, stack, count in changed["stacks"]}
+        assert any(":busy_in_b;" in stack for stack in listed)
+        assert not any(":busy_in_a;" in stack for stack in listed)
+        # Listed counts are cumulative, like the full document's; nothing else changed.
+        before = {stack: count for _, stack, count in first["stacks"]}
+        after = {stack: count for _, stack, count in full["stacks"]}
+        assert {k for k, v in after.items() if v != before.get(k)} <= set(listed)
+        assert all(after[k] >= v for k, v in listed.items())
+        assert changed["total_samples"] <= full["total_samples"]
+        # Another process's id, or a tick not reached yet: the whole document.
+        for query in (
+            f"since={since}&instance=not-this-one",
+            f"since=10{since}&instance={instance}",
+        ):
+            whole = get_json(f"{s.url}/profile.json?{query}")
+            assert whole["since"] == 0 and len(whole["stacks"]) >= len(first["stacks"])
+    finally:
+        sampler.stop()

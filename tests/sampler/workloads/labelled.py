@@ -1,0 +1,64 @@
+"""Samples under labels: a tagged block in a thread, a tagged function, and asyncio tasks."""
+
+import asyncio
+import json
+import sys
+import threading
+import time
+import urllib.request
+
+import sampler
+
+
+def spin(seconds):
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def upload():
+    with sampler.tag(route="/upload"):
+        spin(0.4)
+        # A pause between the two: a late tick (a loaded host can starve the sampling thread)
+        # would otherwise charge CPU of one label set to the other; this test is about labels.
+        time.sleep(0.15)
+        with sampler.tag(phase="store"):
+            spin(0.4)
+
+
+@sampler.tagged(route="/download")
+def download():
+    spin(0.4)
+
+
+async def task(name):
+    # Two tasks interleave on one thread: each keeps its own labels.
+    with sampler.tag(task=name):
+        for _ in range(8):
+            spin(0.03)
+            await asyncio.sleep(0)
+
+
+@sampler.tagged(job="tagged-coroutine")
+async def tagged_coroutine():
+    for _ in range(8):
+        spin(0.03)
+        await asyncio.sleep(0)
+
+
+async def main_async():
+    await asyncio.gather(task("a"), task("b"), tagged_coroutine())
+
+
+s = sampler.start(port=0, driver="thread")
+threads = [threading.Thread(target=upload), threading.Thread(target=download)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+asyncio.run(main_async())
+spin(0.2)  # untagged
+with urllib.request.urlopen(s.url + "/profile.json", timeout=10) as r:
+    sys.stdout.write(r.read().decode())
+sampler.stop()
+print(json.dumps({"after_stop": sampler.current_labels()}), file=sys.stderr)

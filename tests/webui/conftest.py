@@ -1,0 +1,78 @@
+"""Fixtures for the web UI tests: a database holding a known fleet profile, and apps over it.
+
+The fleet database is written once per module and engine: the web UI only reads it.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+from webhelpers import fleet_rows
+
+from collector.store import Store
+
+PG_ADMIN_URL = os.environ.get(
+    "FLEETFLAME_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def fleet_url(request, tmp_path_factory) -> Iterator[str]:
+    """A database on each engine holding an hour of FLEET, written by the collector's store."""
+    admin = name = None
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('fleet') / 'fleetflame.db'}"
+    else:
+        name = f"fleetflame_test_{uuid.uuid4().hex[:12]}"
+        admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+        url = PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+    try:
+        store = Store(url)
+        store.migrate()
+        store.write(fleet_rows())
+        store.close()
+        yield url
+    finally:
+        if admin is not None:
+            with admin.connect() as conn:
+                conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            admin.dispose()
+
+
+@pytest.fixture
+def app(fleet_url: str):
+    """The web app over the fleet database."""
+    from webui import create_app
+
+    application = create_app({"DATABASE_URL": fleet_url, "CACHE_ENTRIES": 4})
+    yield application
+    application.extensions["fleetflame_db"].close()
+
+
+@pytest.fixture
+def client(app):
+    """A test client of the app."""
+    return app.test_client()
+
+
+@pytest.fixture
+def make_app():
+    """Builds apps from config overrides; closes their database pools afterwards."""
+    from webui import create_app
+
+    apps = []
+
+    def build(config):
+        application = create_app(config)
+        apps.append(application)
+        return application
+
+    yield build
+    for application in apps:
+        application.extensions["fleetflame_db"].close()

@@ -1,0 +1,224 @@
+"""The JSON API on SQLite and PostgreSQL, over data written by the collector's store."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from test_web_exports import decode_pprof
+from webhelpers import T0, XSS, expected, fleet_rows
+
+from collector.store import Store
+from sampler.profile import parse_folded
+
+HOUR = f"from={T0}&to={T0 + 3600}"
+
+
+def walk(node, path=()):
+    yield path + (node["name"],), node
+    for child in node["children"]:
+        yield from walk(child, path + (node["name"],))
+
+
+def test_flamegraph_totals_and_tree(client):
+    body = client.get(f"/api/flamegraph?{HOUR}").get_json()
+    assert body["total"] == sum(expected().values())
+    assert body["selection"]["from"] == T0 and body["selection"]["to"] == T0 + 3600
+    assert body["resolution"] == 60
+    names = {path[-1]: node for path, node in walk(body["tree"])}
+    assert (
+        names["json:dumps"]["value"]
+        == expected()["__main__:<module>;app:serve;app:handle;json:dumps"]
+    )
+    assert XSS in names and "m:semi;colon" in names  # unescaped for display, markup untouched
+    assert body["pruned_nodes"] == 0
+
+
+def test_filters_by_service_host_and_label(client):
+    api = client.get(f"/api/flamegraph?{HOUR}&service=api").get_json()
+    assert api["total"] == sum(expected(service="api").values())
+    one = client.get(f"/api/flamegraph?{HOUR}&service=api&host=web-2").get_json()
+    assert one["total"] == sum(expected(host="web-2").values())
+    label = client.get(f"/api/flamegraph?{HOUR}&label=version:1.4.2").get_json()
+    assert label["total"] == sum(expected(version="1.4.2").values())
+    both = client.get(f"/api/folded?{HOUR}&label=version:1.4.1&label=version:1.4.2&service=worker")
+    assert parse_folded(both.get_data(as_text=True)) == expected(service="worker")
+    quoted = client.get(f'/api/flamegraph?{HOUR}&label=route:/up"load').get_json()
+    assert quoted["total"] == sum(expected().values())
+    none = client.get(f"/api/flamegraph?{HOUR}&service=nope").get_json()
+    assert none["total"] == 0 and none["tree"]["children"] == []
+
+
+def test_sub_window(client):
+    body = client.get(f"/api/flamegraph?from={T0 + 600}&to={T0 + 1200}").get_json()
+    assert body["total"] == sum(expected(minutes=10).values())
+
+
+def test_max_nodes_bounds_what_is_sent(client):
+    body = client.get(f"/api/flamegraph?{HOUR}&max_nodes=5").get_json()
+    nodes = list(walk(body["tree"]))
+    assert len(nodes) == body["nodes"] <= 5
+    assert body["pruned_nodes"] >= 1 and body["tree"]["value"] == sum(expected().values())
+    assert any(node["name"] == "[pruned]" for _, node in nodes)
+
+
+def test_exports(client):
+    folded = client.get(f"/api/folded?{HOUR}")
+    assert folded.content_type.startswith("text/plain")
+    assert parse_folded(folded.get_data(as_text=True)) == expected()
+    speedscope = client.get(f"/api/speedscope?{HOUR}&service=worker")
+    assert "attachment" in speedscope.headers["Content-Disposition"]
+    doc = json.loads(speedscope.data)
+    assert doc["profiles"][0]["weights"] == [5 * 60]
+    pprof = client.get(f"/api/export?format=pprof&{HOUR}")
+    assert pprof.headers["Content-Disposition"].endswith('.pb.gz"')
+    decoded = decode_pprof(pprof.data)
+    assert sum(decoded["stacks"].values()) == sum(expected().values())
+    assert gzip.decompress(pprof.data)  # gzipped
+    assert client.get(f"/api/export?{HOUR}").get_data(as_text=True) == folded.get_data(as_text=True)
+
+
+def test_diff_of_two_label_values(client):
+    body = client.get(
+        f"/api/diff?{HOUR}&service=api&a_label=version:1.4.1&b_label=version:1.4.2"
+    ).get_json()
+    assert body["total_a"] == 600 and body["total_b"] == 660
+    names = {path[-1]: node for path, node in walk(body["tree"])}
+    render = names["app:render"]
+    assert render["a"] == pytest.approx(3 / 10) and render["b"] == pytest.approx(8 / 11)
+    assert render["delta"] == pytest.approx(8 / 11 - 3 / 10)
+    assert names[XSS]["b"] == 0 and names[XSS]["a"] == pytest.approx(0.1)
+    top = body["functions"][0]
+    assert top["name"] in ("app:render", "json:dumps")
+    assert abs(top["self_delta"]) == max(abs(f["self_delta"]) for f in body["functions"])
+    assert body["a"]["label"] == ["version:1.4.1"] and body["b"]["service"] == ["api"]
+
+
+def test_diff_of_two_windows(client):
+    body = client.get(
+        f"/api/diff?a_from={T0}&a_to={T0 + 600}&b_from={T0 + 600}&b_to={T0 + 3600}&order=total"
+    ).get_json()
+    assert body["total_a"] == sum(expected(minutes=10).values())
+    assert body["total_b"] == sum(expected(minutes=50).values())
+    # Same fleet in both windows: every share is unchanged.
+    assert all(abs(node["delta"]) < 1e-9 for _, node in walk(body["tree"]))
+
+
+def test_timeline(client):
+    body = client.get(f"/api/timeline?{HOUR}").get_json()
+    assert body["step"] == 60 and len(body["points"]) == 60
+    per_minute = sum(expected(minutes=1).values())
+    assert all(count == per_minute for _, count in body["points"])
+    assert body["total"] == sum(expected().values())
+    coarse = client.get(f"/api/timeline?{HOUR}&step=600&service=worker").get_json()
+    assert coarse["points"] == [[T0 + 600 * i, 5 * 10] for i in range(6)]
+    # A window wider than the data: zero-filled, chosen step.
+    day = client.get(f"/api/timeline?from={T0 - 86400}&to={T0 + 86400}").get_json()
+    assert day["step"] == 600 and len(day["points"]) == 288
+    assert day["total"] == sum(expected().values())
+
+
+def test_top_functions(client):
+    body = client.get(f"/api/top?{HOUR}&limit=3").get_json()
+    assert len(body["functions"]) == 3
+    first = body["functions"][0]
+    assert first["name"] == "app:render" and first["self"] == 11 * 60
+    assert first["self_share"] == pytest.approx(first["self"] / body["total"])
+    assert all(f["total"] >= f["self"] for f in body["functions"])
+
+
+def test_labels_offer_every_value(client):
+    values = client.get(f"/api/labels?{HOUR}").get_json()["values"]
+    assert values["service"] == ["api", "worker"]
+    assert values["host"] == ["job-1", "web-1", "web-2"]
+    assert values["version"] == ["1.4.1", "1.4.2"]
+    assert values["route"] == ['/up"load']
+    worker = client.get(f"/api/labels?{HOUR}&service=worker").get_json()["values"]
+    assert worker["host"] == ["job-1"] and worker["service"] == ["api", "worker"]
+
+
+def test_large_window_reads_the_rollups(db_url):
+    from webui import create_app
+
+    store = Store(db_url)
+    store.migrate()
+    store.write(fleet_rows())
+    store.rollup(T0 + 10 * 86400)  # old enough for the hourly tier
+    store.close()
+    app = create_app({"DATABASE_URL": db_url})
+    client = app.test_client()
+    body = client.get(f"/api/flamegraph?from={T0 - 20 * 86400}&to={T0 + 10 * 86400}").get_json()
+    assert body["total"] == sum(expected().values())
+    assert body["resolution"] >= 600
+    timeline = client.get(f"/api/timeline?from={T0 - 20 * 86400}&to={T0 + 10 * 86400}").get_json()
+    assert timeline["total"] == sum(expected().values())
+    app.extensions["fleetflame_db"].close()
+
+
+@pytest.mark.parametrize(
+    ("query", "param"),
+    [
+        ("from=yesterday", "from"),
+        ("to=2026-13-45", "to"),
+        (f"from={T0 + 10}&to={T0}", "from"),
+        (f"{HOUR}&mode=gpu", "mode"),
+        (f"{HOUR}&label=version", "label"),
+        (f"{HOUR}&max_nodes=1", "max_nodes"),
+        (f"{HOUR}&max_nodes=lots", "max_nodes"),
+        (f"{HOUR}&min_share=2", "min_share"),
+        (f"{HOUR}&min_share=nan", "min_share"),
+        (f"{HOUR}&service=a%0Ab", "service"),
+    ],
+)
+def test_bad_parameters_are_400_naming_the_parameter(client, query, param):
+    response = client.get(f"/api/flamegraph?{query}")
+    assert response.status_code == 400
+    body = response.get_json()
+    assert body["param"] == param and body["error"].startswith(param)
+
+
+@pytest.mark.parametrize(
+    ("path", "param"),
+    [
+        (f"/api/diff?{HOUR}&b_from=soon", "b_from"),
+        (f"/api/diff?{HOUR}&a_from={T0 + 3600}&a_to={T0}", "a_from"),
+        (f"/api/diff?{HOUR}&order=name", "order"),
+        (f"/api/diff?{HOUR}&limit=0", "limit"),
+        (f"/api/timeline?{HOUR}&step=1", "step"),
+        ("/api/timeline?from=-30d&step=60", "step"),
+        (f"/api/top?{HOUR}&limit=-1", "limit"),
+        (f"/api/export?{HOUR}&format=svg", "format"),
+        ("/api/labels?from=x", "from"),
+    ],
+)
+def test_bad_parameters_on_every_endpoint(client, path, param):
+    response = client.get(path)
+    assert response.status_code == 400, response.data
+    assert response.get_json()["param"] == param
+
+
+def test_unknown_api_path_is_json_404(client):
+    response = client.get("/api/nothing")
+    assert response.status_code == 404 and "error" in response.get_json()
+
+
+def test_the_ui_never_writes(db_url):
+    from webui import create_app
+    from webui.db import get_db
+
+    store = Store(db_url)
+    store.migrate()
+    store.write(fleet_rows(minutes=1))
+    store.close()
+    app = create_app({"DATABASE_URL": db_url})
+    with app.app_context():
+        engine = get_db().query.store.engine
+        with pytest.raises(Exception, match="(?i)read.?only"):
+            with engine.read_transaction() as conn:
+                conn.exec_driver_sql("DELETE FROM samples")
+        assert get_db().query.profile(T0, T0 + 60) == expected(minutes=1)
+    store = Store(db_url)
+    store.write(fleet_rows(minutes=1, start=T0 + 3600))  # the collector still can
+    store.close()
+    app.extensions["fleetflame_db"].close()

@@ -1,0 +1,233 @@
+"""The JSON API (documented in docs/api.md): profiles, diffs, timelines, tables, exports.
+
+Every endpoint takes ``service``, ``from``, ``to``, ``mode`` and filters (``host``,
+``instance``, ``label=key:value``, each repeatable); /api/diff takes ``a_*`` and ``b_*``
+variants of them for its two sides. Bad parameters get a 400 whose JSON names the parameter.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from flask import Blueprint, Response, current_app, jsonify, request
+
+from collector.store import InvalidQuery, StoreError, StoreUnavailable
+from webui import db
+from webui.exports import EXPORTS, ExportInfo
+from webui.model import (
+    choose_step,
+    diff_tree,
+    fill_timeline,
+    flame_tree,
+    rank_changes,
+    top_functions,
+)
+from webui.params import (
+    ParamError,
+    Selection,
+    parse_choice,
+    parse_compare,
+    parse_float,
+    parse_int,
+    parse_selection,
+)
+
+__all__ = ["bp"]
+
+bp = Blueprint("api", __name__, url_prefix="/api")
+
+
+def _now() -> int:
+    return int(time.time())
+
+
+def _selection() -> Selection:
+    return parse_selection(
+        request.args, _now(), default_window=current_app.config["DEFAULT_WINDOW"]
+    )
+
+
+def _max_nodes() -> int:
+    config = current_app.config
+    return parse_int(request.args, "max_nodes", config["MAX_NODES"], 2, config["MAX_NODES_LIMIT"])
+
+
+def _describe(selection: Selection) -> dict[str, Any]:
+    return {
+        "from": selection.start,
+        "to": selection.end,
+        "mode": selection.mode,
+        "service": list(selection.services),
+        "host": list(selection.hosts),
+        "instance": list(selection.instances),
+        "label": [f"{k}:{v}" for k, v in selection.labels],
+    }
+
+
+@bp.get("/flamegraph")
+def flamegraph() -> Response:
+    """The merged profile of a window as a pruned tree in d3-flame-graph's shape."""
+    selection = _selection()
+    max_nodes = _max_nodes()
+    min_share = parse_float(request.args, "min_share", 0.0, 0.0, 1.0)
+    database = db.get_db()
+
+    def compute() -> dict[str, Any]:
+        tree = flame_tree(database.profile(selection), max_nodes=max_nodes, min_share=min_share)
+        return {
+            "selection": _describe(selection),
+            "resolution": database.query.resolution(selection.start, selection.end),
+            "max_nodes": max_nodes,
+            **tree.to_dict(),
+        }
+
+    key = ("flamegraph", selection, max_nodes, min_share)
+    return jsonify(database.cached(key, database.settled(selection), compute))
+
+
+@bp.get("/diff")
+def diff() -> Response:
+    """Two selections compared: a differential tree and functions ranked by change of share."""
+    a, b = parse_compare(request.args, _now(), default_window=current_app.config["DEFAULT_WINDOW"])
+    max_nodes = _max_nodes()
+    limit = parse_int(request.args, "limit", 100, 1, 10_000)
+    order = parse_choice(request.args, "order", ("self", "total"))
+    database = db.get_db()
+
+    def compute() -> dict[str, Any]:
+        counts_a = database.profile(a)
+        counts_b = database.profile(b)
+        tree = diff_tree(counts_a, counts_b, max_nodes=max_nodes)
+        changes = rank_changes(counts_a, counts_b, limit=limit, order=order)
+        return {
+            "a": _describe(a),
+            "b": _describe(b),
+            "max_nodes": max_nodes,
+            "functions": [change.to_dict() for change in changes],
+            **tree.to_dict(),
+        }
+
+    key = ("diff", a, b, max_nodes, limit, order)
+    return jsonify(database.cached(key, database.settled(a, b), compute))
+
+
+@bp.get("/timeline")
+def timeline() -> Response:
+    """Samples per time step over the window, zero-filled, for the chart above the graph."""
+    selection = _selection()
+    bucket = current_app.config["BUCKET_SECONDS"]
+    default_step = choose_step(selection.start, selection.end, bucket)
+    step = parse_int(request.args, "step", default_step, bucket, 366 * 86400)
+    if (selection.end - selection.start) / step > 5000:
+        raise ParamError("step", "too small for the window: more than 5000 points")
+    points = db.get_db().query.timeline(
+        selection.start, selection.end, db.filters_of(selection), step=step
+    )
+    filled = fill_timeline(points, selection.start, selection.end, step)
+    return jsonify(
+        selection=_describe(selection),
+        step=step,
+        total=sum(count for _, count in filled),
+        points=filled,
+    )
+
+
+@bp.get("/top")
+def top() -> Response:
+    """Functions by self samples, with total samples and both shares."""
+    selection = _selection()
+    limit = parse_int(request.args, "limit", 200, 1, 100_000)
+    database = db.get_db()
+
+    def compute() -> dict[str, Any]:
+        counts = database.profile(selection)
+        return {
+            "selection": _describe(selection),
+            "total": sum(c for c in counts.values() if c > 0),
+            "functions": top_functions(counts, limit=limit),
+        }
+
+    key = ("top", selection, limit)
+    return jsonify(database.cached(key, database.settled(selection), compute))
+
+
+@bp.get("/labels")
+def labels() -> Response:
+    """The values of service, host, instance and every label key seen in the window."""
+    selection = _selection()
+    values = db.get_db().query.label_values(
+        selection.start, selection.end, db.filters_of(selection)
+    )
+    return jsonify(selection=_describe(selection), values=values)
+
+
+@bp.get("/export")
+def export() -> Response:
+    """The merged profile as a file: ``format=folded`` (default), ``speedscope`` or ``pprof``."""
+    return _export(parse_choice(request.args, "format", tuple(EXPORTS)))
+
+
+@bp.get("/folded")
+def folded() -> Response:
+    """Folded stacks as text: ``curl .../api/folded?service=api&from=-1h | flamegraph.pl``."""
+    return _export("folded")
+
+
+@bp.get("/speedscope")
+def speedscope() -> Response:
+    """The profile in speedscope's JSON format."""
+    return _export("speedscope")
+
+
+@bp.get("/pprof")
+def pprof() -> Response:
+    """The profile as gzipped pprof protobuf (go tool pprof, Pyroscope)."""
+    return _export("pprof")
+
+
+def _export(name: str) -> Response:
+    selection = _selection()
+    fmt = EXPORTS[name]
+    info = ExportInfo(
+        start=selection.start,
+        end=selection.end,
+        mode=selection.mode,
+        interval=current_app.config["SAMPLE_INTERVAL"],
+        title=selection.describe(),
+    )
+    body = fmt.render(db.get_db().profile(selection), info)
+    response = Response(body, content_type=fmt.content_type)
+    if name != "folded":
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(selection.start))
+        filename = f"fleetflame-{stamp}.{fmt.extension}"
+        response.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@bp.errorhandler(ParamError)
+def _bad_param(exc: ParamError) -> tuple[Response, int]:
+    return jsonify(error=str(exc), param=exc.param), 400
+
+
+@bp.errorhandler(InvalidQuery)
+def _bad_query(exc: InvalidQuery) -> tuple[Response, int]:
+    return jsonify(error=str(exc)), 400
+
+
+@bp.errorhandler(StoreUnavailable)
+def _unavailable(exc: StoreUnavailable) -> tuple[Response, int]:
+    db.mark_unavailable()
+    current_app.logger.warning("database unavailable: %s", exc)
+    return jsonify(error=f"the database is unavailable, try again shortly ({exc})"), 503
+
+
+@bp.errorhandler(StoreError)
+def _store_error(exc: StoreError) -> tuple[Response, int]:
+    current_app.logger.error("database error: %s", exc)
+    return jsonify(error=f"database error: {exc}"), 500
+
+
+@bp.route("/<path:unknown>")
+def _not_found(unknown: str) -> tuple[Response, int]:
+    return jsonify(error=f"no API endpoint /api/{unknown[:80]}"), 404

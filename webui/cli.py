@@ -1,0 +1,63 @@
+"""``fleetflame web``: serves the web UI with the development server (demos, trying it out).
+
+In production run it under gunicorn instead: ``gunicorn 'webui:create_app()'`` with
+``FLEETFLAME_WEB_CONFIG`` naming the config file (docs/webui.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from webui.settings import SETTINGS, SettingsError
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fleetflame web",
+        description="Serve the fleetflame web UI (development server; use gunicorn in production).",
+    )
+    parser.add_argument("--config", help="TOML config file (a [web] table or top-level keys)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8080, help="port to listen on")
+    for setting in SETTINGS:
+        parser.add_argument(
+            "--" + setting.name.replace("_", "-"),
+            dest=setting.name,
+            type=setting.type,
+            default=None,
+            help=f"{setting.help} (default {setting.default!r}; env {setting.env_var})",
+        )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the web UI until interrupted; returns the exit status."""
+    args = _parser().parse_args(argv)
+    from werkzeug.serving import run_simple
+
+    from webui import create_app
+
+    overrides = {
+        s.key: getattr(args, s.name) for s in SETTINGS if getattr(args, s.name) is not None
+    }
+    try:
+        app = create_app({"CONFIG_FILE": args.config, **overrides})
+    except SettingsError as exc:
+        print(f"fleetflame web: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    print(
+        f"fleetflame web UI on http://{args.host}:{args.port}/ (development server: "
+        "run gunicorn 'webui:create_app()' in production)",
+        file=sys.stderr,
+    )
+    run_simple(args.host, args.port, app, threaded=True, use_debugger=False, use_reloader=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

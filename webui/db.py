@@ -1,0 +1,192 @@
+"""The web UI's only door to the database: a read-only store, its query object, a cache.
+
+One ``Database`` per app holds the collector's ``Store`` (its connection pool) and ``Query``
+(which caches stack names), opened on first use with a read-only URL: SQLite in
+``mode=ro``, PostgreSQL with ``default_transaction_read_only``.
+
+Two caches, both small: the last merged profile read (one page view asks for the same window
+several times: graph, table, export), reused for a few seconds or for as long as its window
+has settled; and an LRU of results derived from settled windows (pruned trees, tables), which
+cannot change any more.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import sqlalchemy as sa
+from flask import Flask, current_app, g
+
+from collector.query import Filters, Query
+from collector.store import Store, StoreUnavailable
+from webui.params import Selection
+
+__all__ = ["Database", "get_db", "init_app", "mark_unavailable", "readonly_url"]
+
+_EXTENSION = "fleetflame_db"
+# A window whose end is at least this many finest buckets old gets no more samples
+# (the collector writes each poll into the bucket of its time).
+_SETTLED_BUCKETS = 2
+# How long the last profile of a window still receiving samples is reused.
+_FRESH_SECONDS = 10.0
+
+
+def readonly_url(url: str) -> str:
+    """Returns the database URL that opens the same database read-only."""
+    parsed = sa.engine.make_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        database = parsed.database or ""
+        if database in ("", ":memory:"):
+            return url
+        query = dict(parsed.query)
+        if query.get("uri", "").lower() != "true":
+            database = "file:" + quote(str(Path(database).resolve()), safe="/:")
+        query.update(mode="ro", uri="true")
+        parsed = parsed.set(database=database, query=query)
+    elif backend == "postgresql":
+        options = parsed.query.get("options", "")
+        if isinstance(options, tuple):
+            options = " ".join(options)
+        options = f"{options} -c default_transaction_read_only=on".strip()
+        parsed = parsed.update_query_dict({"options": options})
+    return parsed.render_as_string(hide_password=False)
+
+
+def _read_only_sessions(engine: sa.Engine) -> None:
+    """Makes every PostgreSQL session read-only as it connects.
+
+    The store passes its own ``options`` to the driver, which replace the URL's, so the
+    setting from readonly_url() may not reach the server: this does regardless.
+    """
+
+    @sa.event.listens_for(engine, "connect")
+    def _connect(dbapi_connection, _record):  # type: ignore[no-untyped-def]
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+        dbapi_connection.commit()
+
+
+def filters_of(selection: Selection) -> Filters:
+    """Returns the collector's query filters for a selection."""
+    return Filters(
+        mode=selection.mode,
+        services=selection.services,
+        hosts=selection.hosts,
+        instances=selection.instances,
+        labels=selection.labels,
+    )
+
+
+class Database:
+    """The store and query object of one app, opened on first use, with a profile cache."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        bucket_seconds: int = 60,
+        cache_entries: int = 16,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.url = url
+        self.bucket_seconds = bucket_seconds
+        self.cache_entries = cache_entries
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._store: Store | None = None
+        self._query: Query | None = None
+        self._last: tuple[Selection, float, dict[str, int]] | None = None
+        self._results: OrderedDict[Hashable, Any] = OrderedDict()
+
+    @property
+    def query(self) -> Query:
+        """The query object, opening the store on first use."""
+        with self._lock:
+            if self._query is None:
+                store = Store(readonly_url(self.url), bucket_seconds=self.bucket_seconds)
+                if store.dialect == "postgresql":
+                    _read_only_sessions(store.engine.sa_engine)
+                self._store, self._query = store, Query(store)
+            return self._query
+
+    def settled(self, *selections: Selection) -> bool:
+        """Tells whether the windows ended long enough ago to get no more samples."""
+        limit = self.clock() - _SETTLED_BUCKETS * self.bucket_seconds
+        return all(selection.end <= limit for selection in selections)
+
+    def profile(self, selection: Selection) -> dict[str, int]:
+        """Returns the merged folded counts of a selection (do not modify them)."""
+        now = self.clock()
+        with self._lock:
+            last = self._last
+        if last is not None and last[0] == selection:
+            if now - last[1] <= _FRESH_SECONDS or self.settled(selection):
+                return last[2]
+        counts = self.query.profile(selection.start, selection.end, filters_of(selection))
+        with self._lock:
+            self._last = (selection, now, counts)
+        return counts
+
+    def cached(self, key: Hashable, settled: bool, compute: Callable[[], Any]) -> Any:
+        """Returns ``compute()``, kept in the LRU when ``settled`` (the data cannot change)."""
+        if not settled or not self.cache_entries:
+            return compute()
+        with self._lock:
+            if key in self._results:
+                self._results.move_to_end(key)
+                return self._results[key]
+        value = compute()
+        with self._lock:
+            self._results[key] = value
+            while len(self._results) > self.cache_entries:
+                self._results.popitem(last=False)
+        return value
+
+    def reset_connections(self) -> None:
+        """Drops pooled connections, so the next request reconnects (after a lost server)."""
+        with self._lock:
+            if self._store is not None:
+                self._store.engine.dispose()
+
+    def close(self) -> None:
+        """Closes the store; the next use opens it again."""
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+            self._store = self._query = self._last = None
+            self._results.clear()
+
+
+def init_app(app: Flask) -> None:
+    """Attaches a Database built from the app's config, and its per-request teardown."""
+    app.extensions[_EXTENSION] = Database(
+        app.config["DATABASE_URL"],
+        bucket_seconds=app.config["BUCKET_SECONDS"],
+        cache_entries=app.config["CACHE_ENTRIES"],
+    )
+    app.teardown_appcontext(_teardown)
+
+
+def get_db() -> Database:
+    """Returns the current app's Database."""
+    db: Database = current_app.extensions[_EXTENSION]
+    return db
+
+
+def mark_unavailable() -> None:
+    """Notes that this request found the database unavailable (see the teardown)."""
+    g.fleetflame_db_unavailable = True
+
+
+def _teardown(exc: BaseException | None) -> None:
+    # Connections go back to the pool after each query already; a request that failed because
+    # the server went away leaves the pool full of dead ones, so drop them.
+    if isinstance(exc, StoreUnavailable) or g.pop("fleetflame_db_unavailable", False):
+        get_db().reset_connections()

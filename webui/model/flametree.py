@@ -1,0 +1,322 @@
+"""Call trees for display, built straight from folded counts and pruned to a bounded size.
+
+A browser cannot draw a million frames, and building a full call tree of 200,000 distinct
+stacks in Python takes seconds. So the tree is never built whole: the stacks are sorted with
+a separator that sorts below every character a frame may contain, which makes every call-tree
+node a contiguous range of the sorted list, and cumulative counts give any node's total with
+two lookups. A best-first walk then keeps the heaviest nodes up to ``max_nodes`` and folds the
+rest of each parent's children into one ``[pruned]`` node. The work depends on the number of
+nodes kept, not on the number of stacks below them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from bisect import bisect_left
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sampler.profile import unescape_frame
+
+__all__ = ["PRUNED", "DiffTree", "FlameTree", "diff_tree", "flame_tree"]
+
+PRUNED = "[pruned]"
+
+# Frames never contain control characters (the wire format escapes them), so these two sort
+# below every character that can follow a frame name.
+_SEP = "\x01"
+_END = "\x02"
+
+Node = dict[str, Any]
+
+
+@dataclass
+class FlameTree:
+    """A pruned call tree in d3-flame-graph's shape, with what was pruned."""
+
+    root: Node
+    total: int
+    nodes: int
+    pruned_nodes: int
+    pruned_samples: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """Renders the tree and its bookkeeping as one JSON-ready dict."""
+        return {
+            "total": self.total,
+            "nodes": self.nodes,
+            "pruned_nodes": self.pruned_nodes,
+            "pruned_samples": self.pruned_samples,
+            "tree": self.root,
+        }
+
+
+@dataclass
+class DiffTree:
+    """A pruned differential tree: each node has its share of A, its share of B, and the delta."""
+
+    root: Node
+    total_a: int
+    total_b: int
+    nodes: int
+    pruned_nodes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """Renders the tree and its bookkeeping as one JSON-ready dict."""
+        return {
+            "total_a": self.total_a,
+            "total_b": self.total_b,
+            "nodes": self.nodes,
+            "pruned_nodes": self.pruned_nodes,
+            "tree": self.root,
+        }
+
+
+class _SortedStacks:
+    """Folded stacks sorted so that each call-tree node is one contiguous range of keys.
+
+    ``cumulative[i][k]`` is profile i's samples in the first k keys, and ``weight[k]`` the
+    same for the pruning weight (a weighted sum of the profiles), so any node's numbers are
+    differences of two entries.
+    """
+
+    def __init__(self, profiles: Sequence[Mapping[str, int]], scale: Sequence[float]) -> None:
+        # Builtins over whole lists (map, sorted, accumulate) rather than Python loops: this
+        # runs over every distinct stack of the window.
+        if len(profiles) == 1:
+            stacks = list(profiles[0])
+            values = [list(profiles[0].values())]
+        else:
+            stacks = list(set().union(*profiles))
+            values = [list(map(p.get, stacks, itertools.repeat(0))) for p in profiles]
+        # The empty stack has no frames: its samples belong to the root itself.
+        self.root_self = [max(profile.get("", 0), 0) for profile in profiles]
+        if "" in stacks:
+            index = stacks.index("")
+            del stacks[index]
+            for v in values:
+                del v[index]
+        for v in values:
+            if v and min(v) < 0:
+                v[:] = [max(x, 0) for x in v]
+        weights = values[0] if len(values) == 1 else list(map(sum, zip(*values, strict=True)))
+        if 0 in weights:  # stacks without samples would only make empty nodes
+            keep = [i for i, w in enumerate(weights) if w]
+            stacks = [stacks[i] for i in keep]
+            values = [[v[i] for i in keep] for v in values]
+        # One join, replace and split over all stacks: much faster than one replace each.
+        joined = "\n".join(stacks)
+        keys = joined.replace(";", _SEP).split("\n") if stacks else []
+        if len(keys) != len(stacks) or _SEP in joined or _END in joined:
+            # Not valid folded text (control characters in a frame); keep it drawable anyway.
+            keys = [_sanitize(stack).replace(";", _SEP) for stack in stacks]
+        del joined
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        self.keys: list[str] = list(map(keys.__getitem__, order))
+        self.cumulative = [[0, *itertools.accumulate(map(v.__getitem__, order))] for v in values]
+        self.totals = [
+            cum[-1] + own for cum, own in zip(self.cumulative, self.root_self, strict=True)
+        ]
+        if len(profiles) == 1:
+            self.weight: Sequence[float] = self.cumulative[0]
+        else:
+            per_key = [
+                sum(v[i] * factor for v, factor in zip(values, scale, strict=True)) for i in order
+            ]
+            self.weight = [0.0, *itertools.accumulate(per_key)]
+
+    def sums(self, lo: int, hi: int) -> list[int]:
+        """Returns each profile's samples in the keys ``[lo, hi)``."""
+        return [cum[hi] - cum[lo] for cum in self.cumulative]
+
+
+def _sanitize(stack: str) -> str:
+    return stack.replace(_SEP, "%01").replace(_END, "%02").replace("\n", "%0A")
+
+
+def _best_first(
+    stacks: _SortedStacks,
+    root: Node,
+    make_node: Callable[[str, list[int]], Node],
+    max_nodes: int,
+    min_weight: float,
+) -> tuple[int, list[tuple[Node, list[int]]]]:
+    """Keeps the heaviest nodes, attaching them below ``root``.
+
+    Returns the number of nodes kept and, for each kept node some of whose callees were not
+    kept, that node and the samples of those callees per profile.
+    """
+    if max_nodes < 2:
+        raise ValueError("max_nodes must be at least 2 (the root and one [pruned] node)")
+    keys, weight = stacks.keys, stacks.weight
+    order = itertools.count()
+    heap: list[tuple[float, int, int, str, int, int, int]] = []
+    # Per kept node (by index): the node, its samples, what its kept callees hold, and how
+    # many of its callees are not kept.
+    nodes: list[Node] = [root]
+    sums: list[list[int]] = [list(stacks.totals)]
+    in_callees: list[list[int]] = [list(stacks.root_self)]
+    unkept: list[int] = [0]
+
+    # Weights of the heaviest nodes seen so far. Once it holds `enough`, no node lighter than
+    # its smallest can be kept: at least `enough` nodes at least as heavy will be (kept nodes
+    # outnumber [pruned] ones), so light callees are skipped without being looked at.
+    enough = max(1, (max_nodes - 2) // 2)
+    best: list[float] = []
+
+    def push_children(index: int, lo: int, hi: int, prefix_len: int) -> None:
+        i = lo
+        if i < hi and len(keys[i]) == prefix_len:
+            # The stack that ends at this node: its own samples, not a callee's.
+            in_callees[index] = [cum[i + 1] - cum[i] for cum in stacks.cumulative]
+            i += 1
+        start = prefix_len + 1
+        count = 0
+        skipped = False
+        while i < hi:
+            bound = best[0] if len(best) >= enough else 0
+            if bound:
+                if weight[hi] - weight[i] < bound:
+                    skipped = True
+                    break
+                # Key j is where the weight from i reaches the bound: a callee that ends
+                # before the one holding key j is lighter than the bound.
+                j = bisect_left(weight, weight[i] + bound, i + 1, hi + 1) - 1
+                if j > i:
+                    stop = keys[j].find(_SEP, start)
+                    first = bisect_left(keys, keys[j][:stop] if stop >= 0 else keys[j], i, j + 1)
+                    if first > i:
+                        skipped = True
+                        i = first
+            key = keys[i]
+            stop = key.find(_SEP, start)
+            if stop < 0:
+                stop = len(key)
+            end = bisect_left(keys, key[:stop] + _END, i + 1, hi)
+            w = weight[end] - weight[i]
+            if w < bound:
+                skipped = True
+            else:
+                heapq.heappush(heap, (-w, next(order), index, key[start:stop], i, end, stop))
+                count += 1
+                if len(best) < enough:
+                    heapq.heappush(best, w)
+                elif w > best[0]:
+                    heapq.heapreplace(best, w)
+            i = end
+        # A skipped callee is never kept: it counts as one that stays unkept.
+        unkept[index] = count + skipped
+
+    placeholders = 0
+    if keys:
+        push_children(0, 0, len(keys), -1)  # the root's callees start at offset 0
+        placeholders = 1 if unkept[0] else 0
+    while heap:
+        neg_weight, _, parent, name, lo, hi, prefix_len = heap[0]
+        if -neg_weight <= min_weight:
+            break
+        has_children = hi - lo > (1 if len(keys[lo]) == prefix_len else 0)
+        after = len(nodes) + 1 + placeholders - (unkept[parent] == 1) + has_children
+        if after > max_nodes:
+            break
+        heapq.heappop(heap)
+        node_sums = stacks.sums(lo, hi)
+        node = make_node(name, node_sums)
+        nodes[parent]["children"].append(node)
+        held = in_callees[parent]
+        for i, value in enumerate(node_sums):
+            held[i] += value
+        index = len(nodes)
+        nodes.append(node)
+        sums.append(node_sums)
+        in_callees.append([0] * len(node_sums))
+        unkept.append(0)
+        unkept[parent] -= 1
+        if unkept[parent] == 0:
+            placeholders -= 1
+        if has_children:
+            push_children(index, lo, hi, prefix_len)
+            placeholders += 1
+    pruned = [
+        (nodes[i], [total - held for total, held in zip(sums[i], in_callees[i], strict=True)])
+        for i in range(len(nodes))
+        if unkept[i]
+    ]
+    return len(nodes), pruned
+
+
+def flame_tree(
+    counts: Mapping[str, int],
+    *,
+    max_nodes: int = 5000,
+    min_share: float = 0.0,
+    root_name: str = "all",
+) -> FlameTree:
+    """Builds the call tree of a profile with at most ``max_nodes`` nodes, pruned ones included.
+
+    Nodes are kept heaviest first; a node at or below ``min_share`` of the total is never kept.
+    The callees of a node that were not kept become one ``[pruned]`` child holding their
+    samples. Frame names are unescaped for display.
+    """
+    stacks = _SortedStacks([counts], [1.0])
+    total = stacks.totals[0]
+    root: Node = {"name": root_name, "value": total, "children": []}
+
+    def make_node(name: str, sums: list[int]) -> Node:
+        return {"name": unescape_frame(name), "value": sums[0], "children": []}
+
+    kept, pruned = _best_first(stacks, root, make_node, max_nodes, min_share * total)
+    for node, sums in pruned:
+        node["children"].append({"name": PRUNED, "value": sums[0], "children": []})
+    pruned_samples = sum(sums[0] for _, sums in pruned)
+    return FlameTree(root, total, kept + len(pruned), len(pruned), pruned_samples)
+
+
+def diff_tree(
+    counts_a: Mapping[str, int],
+    counts_b: Mapping[str, int],
+    *,
+    max_nodes: int = 5000,
+    min_share: float = 0.0,
+    root_name: str = "all",
+) -> DiffTree:
+    """Builds the differential tree of two profiles, each normalised to its own total.
+
+    Every node carries ``a`` and ``b`` (its inclusive share of each side's total, 0..1),
+    ``delta`` (b - a: positive means more time in B), the sample counts ``samples_a`` and
+    ``samples_b``, and ``value``, the mean of the two shares, which sets its width. Pruning
+    keeps the nodes with the largest ``a + b``.
+    """
+    totals = [
+        sum(c for c in counts_a.values() if c > 0),
+        sum(c for c in counts_b.values() if c > 0),
+    ]
+    scale = [1.0 / t if t else 0.0 for t in totals]
+    stacks = _SortedStacks([counts_a, counts_b], scale)
+
+    def make_node(name: str, sums: list[int]) -> Node:
+        a, b = sums[0] * scale[0], sums[1] * scale[1]
+        return {
+            "name": name,
+            "value": (a + b) / 2,
+            "a": a,
+            "b": b,
+            "delta": b - a,
+            "samples_a": sums[0],
+            "samples_b": sums[1],
+            "children": [],
+        }
+
+    root = make_node(root_name, totals)
+    kept, pruned = _best_first(
+        stacks,
+        root,
+        lambda name, sums: make_node(unescape_frame(name), sums),
+        max_nodes,
+        min_share * 2,
+    )
+    for node, sums in pruned:
+        node["children"].append(make_node(PRUNED, sums))
+    return DiffTree(root, totals[0], totals[1], kept + len(pruned), len(pruned))

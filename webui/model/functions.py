@@ -1,0 +1,128 @@
+"""Function tables of a profile, and functions ranked by how their share changed."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sampler.profile import unescape_frame
+
+__all__ = ["FunctionChange", "function_samples", "rank_changes", "top_functions"]
+
+
+def function_samples(counts: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """Returns each frame's self samples and total samples (escaped frame names).
+
+    A frame counts once per stack in its total, so a recursive function's total never exceeds
+    the profile's. Stacks are grouped by count so that the per-frame counting runs inside
+    Counter (C code) rather than a Python loop: profiles have few distinct counts per stack.
+    """
+    self_counts: dict[str, int] = {}
+    by_count: dict[int, list[str]] = {}
+    for stack, count in counts.items():
+        if count > 0 and stack:
+            by_count.setdefault(count, []).append(stack)
+            leaf = stack.rpartition(";")[2]
+            self_counts[leaf] = self_counts.get(leaf, 0) + count
+    totals: Counter[str] = Counter()
+    for count, stacks in by_count.items():
+        frames = itertools.chain.from_iterable(
+            map(set, map(str.split, stacks, itertools.repeat(";")))
+        )
+        if count == 1:
+            totals.update(frames)
+        else:
+            for frame, n in Counter(frames).items():
+                totals[frame] += n * count
+    return self_counts, dict(totals)
+
+
+def top_functions(counts: Mapping[str, int], *, limit: int = 100) -> list[dict[str, Any]]:
+    """Returns the functions with the most self samples (then total), with their shares.
+
+    Names are unescaped for display; a recursive function counts once per stack in its total.
+    """
+    grand_total = sum(c for c in counts.values() if c > 0)
+    scale = 1.0 / grand_total if grand_total else 0.0
+    self_counts, totals = function_samples(counts)
+    top = heapq.nsmallest(
+        limit, totals, key=lambda name: (-self_counts.get(name, 0), -totals[name], name)
+    )
+    return [
+        {
+            "name": unescape_frame(name),
+            "self": self_counts.get(name, 0),
+            "total": totals[name],
+            "self_share": self_counts.get(name, 0) * scale,
+            "total_share": totals[name] * scale,
+        }
+        for name in top
+    ]
+
+
+@dataclass(frozen=True)
+class FunctionChange:
+    """A function's self and total share on both sides of a comparison (shares are 0..1)."""
+
+    name: str
+    self_a: float
+    self_b: float
+    total_a: float
+    total_b: float
+
+    @property
+    def self_delta(self) -> float:
+        """Change of the self share from A to B; positive means more time in B."""
+        return self.self_b - self.self_a
+
+    @property
+    def total_delta(self) -> float:
+        """Change of the total share from A to B."""
+        return self.total_b - self.total_a
+
+    def to_dict(self) -> dict[str, Any]:
+        """Renders the change for JSON."""
+        return {**asdict(self), "self_delta": self.self_delta, "total_delta": self.total_delta}
+
+
+def rank_changes(
+    counts_a: Mapping[str, int],
+    counts_b: Mapping[str, int],
+    *,
+    limit: int = 100,
+    order: str = "self",
+) -> list[FunctionChange]:
+    """Ranks functions by how much their share changed from A to B, largest change first.
+
+    Each side is normalised to its own total. ``order`` is ``"self"`` (change of self share,
+    ties broken by the total share) or ``"total"``.
+    """
+    if order not in ("self", "total"):
+        raise ValueError(f"order must be 'self' or 'total', not {order!r}")
+    sides = []
+    for counts in (counts_a, counts_b):
+        total = sum(c for c in counts.values() if c > 0)
+        scale = 1.0 / total if total else 0.0
+        self_counts, totals = function_samples(counts)
+        sides.append(
+            {name: (self_counts.get(name, 0) * scale, t * scale) for name, t in totals.items()}
+        )
+    a, b = sides
+    changes = [
+        FunctionChange(unescape_frame(name), *_pair(a, b, name)) for name in a.keys() | b.keys()
+    ]
+    if order == "self":
+        changes.sort(key=lambda c: (-abs(c.self_delta), -abs(c.total_delta), c.name))
+    else:
+        changes.sort(key=lambda c: (-abs(c.total_delta), -abs(c.self_delta), c.name))
+    return changes[:limit]
+
+
+def _pair(a: dict, b: dict, name: str) -> tuple[float, float, float, float]:
+    self_a, total_a = a.get(name, (0.0, 0.0))
+    self_b, total_b = b.get(name, (0.0, 0.0))
+    return self_a, self_b, total_a, total_b

@@ -1,0 +1,188 @@
+"""Reads API query parameters into windows and filters; errors name the parameter.
+
+Pure: the caller passes the query arguments (anything with ``get`` and ``getlist``, such as
+Flask's ``request.args``) and the current time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from webui.model import parse_time
+
+__all__ = [
+    "MODES",
+    "ParamError",
+    "Selection",
+    "parse_choice",
+    "parse_compare",
+    "parse_float",
+    "parse_int",
+    "parse_selection",
+]
+
+MODES = ("cpu", "wall")
+# Parameters that filter on a column rather than a label.
+_COLUMNS = {"service": "services", "host": "hosts", "instance": "instances"}
+_MAX_VALUE_LENGTH = 1000
+
+
+class Args(Protocol):
+    """Query arguments: Flask's MultiDict or anything alike."""
+
+    def get(self, key: str, default: Any = None) -> Any: ...
+
+    def getlist(self, key: str) -> list[str]: ...
+
+
+class ParamError(ValueError):
+    """A query parameter is missing or malformed; ``param`` names it."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(f"{param}: {message}")
+        self.param = param
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Selection:
+    """One side of a query: a window [start, end) and the filters on the samples."""
+
+    start: int
+    end: int
+    mode: str = "cpu"
+    services: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
+    instances: tuple[str, ...] = ()
+    labels: tuple[tuple[str, str], ...] = field(default=())
+
+    def describe(self) -> str:
+        """Returns a short human description of the filters (for titles and exports)."""
+        parts = [*self.services, *(f"host={h}" for h in self.hosts)]
+        parts += [f"instance={i}" for i in self.instances]
+        parts += [f"{k}={v}" for k, v in self.labels]
+        return " ".join(parts) or "all services"
+
+
+def _values(args: Args, name: str) -> list[str]:
+    values = [v.strip() for v in args.getlist(name) if v.strip()]
+    for value in values:
+        if len(value) > _MAX_VALUE_LENGTH or any(ord(c) < 32 for c in value):
+            raise ParamError(name, "too long or contains control characters")
+    return values
+
+
+def _time(args: Args, name: str, default: str, now: int) -> int:
+    text = args.get(name)
+    text = default if text is None or not text.strip() else text
+    try:
+        return parse_time(text, now)
+    except ValueError as exc:
+        raise ParamError(name, str(exc)) from None
+
+
+def _labels(args: Args, name: str) -> list[tuple[str, str]]:
+    labels = []
+    for item in _values(args, name):
+        key, sep, value = item.partition(":")
+        if not sep or not key.strip():
+            raise ParamError(name, f"expected key:value (e.g. version:1.4.2), got {item[:80]!r}")
+        labels.append((key.strip(), value.strip()))
+    return labels
+
+
+def parse_selection(
+    args: Args,
+    now: int,
+    *,
+    default_window: str = "-1h",
+    prefix: str = "",
+    base: Selection | None = None,
+) -> Selection:
+    """Reads ``from``, ``to``, ``mode``, ``service``, ``host``, ``instance`` and ``label``.
+
+    With a ``prefix`` (``a_`` or ``b_``) the prefixed parameters are read on top of ``base``:
+    a prefixed window replaces the base window, prefixed filters are added to the base's.
+    """
+    if base is None:
+        start = _time(args, "from", default_window, now)
+        end = _time(args, "to", "now", now)
+        mode = args.get("mode") or "cpu"
+        if mode not in MODES:
+            raise ParamError("mode", f"{mode[:20]!r} is not one of {', '.join(MODES)}")
+        filters: dict[str, list[Any]] = {"services": [], "hosts": [], "instances": [], "labels": []}
+    else:
+        start = _time(args, prefix + "from", str(base.start), now)
+        end = _time(args, prefix + "to", str(base.end), now)
+        mode = base.mode
+        filters = {
+            "services": list(base.services),
+            "hosts": list(base.hosts),
+            "instances": list(base.instances),
+            "labels": list(base.labels),
+        }
+    if end <= start:
+        raise ParamError(
+            prefix + "from", f"the window must start before it ends ({start} >= {end})"
+        )
+    for param, attribute in _COLUMNS.items():
+        filters[attribute] += _values(args, prefix + param)
+    filters["labels"] += _labels(args, prefix + "label")
+    return Selection(
+        start,
+        end,
+        mode,
+        tuple(filters["services"]),
+        tuple(filters["hosts"]),
+        tuple(filters["instances"]),
+        tuple(filters["labels"]),
+    )
+
+
+def parse_compare(
+    args: Args, now: int, *, default_window: str = "-1h"
+) -> tuple[Selection, Selection]:
+    """Reads the two sides of a comparison: shared parameters, then ``a_*`` and ``b_*`` ones."""
+    base = parse_selection(args, now, default_window=default_window)
+    return (
+        parse_selection(args, now, prefix="a_", base=base),
+        parse_selection(args, now, prefix="b_", base=base),
+    )
+
+
+def parse_int(args: Args, name: str, default: int, low: int, high: int) -> int:
+    """Reads an integer parameter within [low, high]."""
+    text = args.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ParamError(name, f"{text[:20]!r} is not a whole number") from None
+    if not low <= value <= high:
+        raise ParamError(name, f"must be between {low} and {high}, got {value}")
+    return value
+
+
+def parse_float(args: Args, name: str, default: float, low: float, high: float) -> float:
+    """Reads a number parameter within [low, high]."""
+    text = args.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ParamError(name, f"{text[:20]!r} is not a number") from None
+    if math.isnan(value) or not low <= value <= high:
+        raise ParamError(name, f"must be between {low} and {high}, got {text[:20]}")
+    return value
+
+
+def parse_choice(args: Args, name: str, choices: tuple[str, ...]) -> str:
+    """Reads a parameter that takes one of ``choices`` (the first is the default)."""
+    value = args.get(name) or choices[0]
+    if value not in choices:
+        raise ParamError(name, f"{value[:20]!r} is not one of {', '.join(choices)}")
+    return value

@@ -1,0 +1,100 @@
+// Window, mode and filter controls; the values offered come from /api/labels.
+
+import { $, el, formatTime } from './util.js'
+import { api, params, selectionParams, update } from './state.js'
+
+const COLUMNS = ['service', 'host', 'instance']
+
+function fillSelect (select, values, selected, placeholder) {
+  select.replaceChildren(new Option(placeholder, ''))
+  for (const value of values) select.append(new Option(value, value))
+  if (selected && !values.includes(selected)) select.append(new Option(selected, selected))
+  select.value = selected || ''
+}
+
+let changed = () => {}
+
+// Wires the controls; `onChange` runs after the URL changed.
+export function setupFilters (onChange) {
+  changed = onChange
+  for (const button of $('presets').querySelectorAll('button')) {
+    button.addEventListener('click', () => {
+      update(p => { p.set('from', button.dataset.from); p.delete('to'); p.delete('focus') })
+      onChange()
+    })
+  }
+  const apply = () => {
+    update(p => { p.set('from', $('from').value.trim()); p.set('to', $('to').value.trim()) })
+    onChange()
+  }
+  $('apply').addEventListener('click', apply)
+  for (const id of ['from', 'to']) {
+    $(id).addEventListener('keydown', event => { if (event.key === 'Enter') apply() })
+  }
+  $('mode').addEventListener('change', () => {
+    update(p => p.set('mode', $('mode').value)); onChange()
+  })
+  for (const column of COLUMNS) {
+    $(`filter-${column}`).addEventListener('change', event => {
+      update(p => { p.delete(column); if (event.target.value) p.set(column, event.target.value) })
+      onChange()
+    })
+  }
+  $('label-key').addEventListener('change', () => fillLabelValues())
+  $('label-add').addEventListener('click', () => {
+    const key = $('label-key').value
+    const value = $('label-value').value
+    if (!key) return
+    update(p => p.append('label', `${key}:${value}`))
+    onChange()
+  })
+  window.addEventListener('popstate', onChange)
+}
+
+let labelValues = {}
+
+function fillLabelValues () {
+  const key = $('label-key').value
+  fillSelect($('label-value'), labelValues[key] || [], '', key ? 'value…' : '—')
+}
+
+// Shows the URL's state in the controls and refreshes the values offered.
+export async function refreshFilters (selection) {
+  const p = params()
+  $('from').value = p.get('from') || ''
+  $('to').value = p.get('to') || ''
+  $('mode').value = p.get('mode') || 'cpu'
+  for (const button of $('presets').querySelectorAll('button')) {
+    button.classList.toggle('active', (p.get('from') || document.body.dataset.defaultWindow) ===
+      button.dataset.from && !p.get('to'))
+  }
+  if (selection) {
+    $('window-text').textContent = `${formatTime(selection.from)} → ${formatTime(selection.to)} UTC`
+  }
+  const chips = $('chips')
+  chips.replaceChildren()
+  for (const label of p.getAll('label')) {
+    const remove = el('button', { type: 'button', title: 'remove', 'aria-label': `remove ${label}` }, '×')
+    remove.addEventListener('click', () => {
+      update(q => {
+        const rest = q.getAll('label').filter(l => l !== label)
+        q.delete('label'); for (const l of rest) q.append('label', l)
+      })
+      changed()
+    })
+    chips.append(el('span', { className: 'chip' }, label.replace(':', ' = '), remove))
+  }
+  try {
+    const data = await api('labels', selectionParams())
+    labelValues = data.values
+  } catch (error) {
+    labelValues = {}
+  }
+  for (const column of COLUMNS) {
+    fillSelect($(`filter-${column}`), labelValues[column] || [], p.get(column), `all ${column}s`)
+  }
+  const keys = Object.keys(labelValues).filter(k => !COLUMNS.includes(k)).sort()
+  const current = $('label-key').value
+  fillSelect($('label-key'), keys, keys.includes(current) ? current : '', 'key…')
+  fillLabelValues()
+}

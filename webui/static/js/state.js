@@ -1,0 +1,41 @@
+// The page's state lives in the URL's query string, so every view can be shared as a link.
+
+import { body } from './util.js'
+
+export const SELECTION_KEYS = ['from', 'to', 'mode', 'service', 'host', 'instance', 'label']
+
+export function params () { return new URLSearchParams(window.location.search) }
+
+// Applies `change(params)` to the query string; push adds a history entry, else replaces.
+export function update (change, { push = true } = {}) {
+  const next = params()
+  change(next)
+  for (const [key, value] of [...next.entries()]) {
+    if (value === '') next.delete(key)
+  }
+  const url = `${window.location.pathname}?${next}`
+  if (push) window.history.pushState(null, '', url)
+  else window.history.replaceState(null, '', url)
+}
+
+// The selection parameters the API needs, with the configured default window.
+export function selectionParams (source = params()) {
+  const out = new URLSearchParams()
+  for (const key of SELECTION_KEYS) {
+    for (const value of source.getAll(key)) out.append(key, value)
+  }
+  if (!out.get('from')) out.set('from', body.dataset.defaultWindow || '-1h')
+  return out
+}
+
+export async function api (endpoint, query) {
+  const response = await fetch(`${body.dataset.api}/${endpoint}?${query}`, {
+    headers: { Accept: 'application/json' }
+  })
+  let data = null
+  try { data = await response.json() } catch (error) { data = null }
+  if (!response.ok) {
+    throw new Error((data && data.error) || `${endpoint}: HTTP ${response.status}`)
+  }
+  return data
+}
