@@ -31,6 +31,23 @@ def download():
     spin(0.4)
 
 
+def then_linger(work):
+    """Runs ``work``, then keeps the thread alive until two more ticks have read its CPU clock.
+
+    A thread's CPU after the last tick before it exits is never seen (its clock is gone), and a
+    loaded host can delay the sampling thread by a long stretch; this test is about labels.
+    """
+
+    def run():
+        work()
+        seen = s.ticks
+        deadline = time.monotonic() + 10
+        while s.ticks < seen + 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+    return run
+
+
 async def task(name):
     # Two tasks interleave on one thread: each keeps its own labels.
     with sampler.tag(task=name):
@@ -51,7 +68,7 @@ async def main_async():
 
 
 s = sampler.start(port=0, driver="thread")
-threads = [threading.Thread(target=upload), threading.Thread(target=download)]
+threads = [threading.Thread(target=then_linger(work)) for work in (upload, download)]
 for t in threads:
     t.start()
 for t in threads:
