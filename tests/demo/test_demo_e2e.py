@@ -63,7 +63,7 @@ def _assert_stopped_cleanly(proc: subprocess.CompletedProcess[str], state: dict)
     # Checked here too, independently of the orchestrator's own account.
     assert procs.pids_of_run(state["run_id"]) == []
     base = int(state["urls"]["web_ui"].rsplit(":", 1)[1].strip("/"))
-    assert ports.busy_ports(ports.PortPlan(base)) == []
+    assert ports.listening_ports(ports.PortPlan(base)) == []
 
 
 @pytest.mark.slow

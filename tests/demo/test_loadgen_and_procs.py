@@ -109,6 +109,8 @@ def test_the_port_plan_and_busy_ports() -> None:
         sock.bind(("127.0.0.1", free.shop_gthread))
         sock.listen()
         assert ports.busy_ports(free) == [free.shop_gthread]
+        assert ports.listening_ports(free) == [free.shop_gthread]
+    assert ports.listening_ports(free) == []
 
 
 def test_settings_come_from_options_then_environment_then_defaults() -> None:

@@ -413,8 +413,8 @@ class Demo:
         busy: list[int] = []
         if self.plan is not None:
             # Ports are released when the listening processes are gone; allow a moment.
-            ports.wait_until(lambda: not ports.busy_ports(self.plan), timeout=10)
-            busy = ports.busy_ports(self.plan)
+            ports.wait_until(lambda: not ports.listening_ports(self.plan), timeout=10)
+            busy = ports.listening_ports(self.plan)
             self.write_state(
                 stopped=time.time(), killed=killed, leftover_pids=leftovers, busy_ports=busy
             )

@@ -75,6 +75,25 @@ def busy_ports(plan: PortPlan) -> list[int]:
     return [port for port in plan.all_ports() if not port_is_free(port)]
 
 
+def port_is_listening(port: int, host: str = HOST) -> bool:
+    """Tells whether something accepts connections on ``host:port``.
+
+    Unlike port_is_free() this ignores sockets that only use the port: the kernel picks
+    source ports of outgoing connections from the same range, and one closed a moment ago
+    keeps its port bound for a minute, though nothing of ours holds it.
+    """
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def listening_ports(plan: PortPlan) -> list[int]:
+    """Returns the ports of ``plan`` that something still accepts connections on."""
+    return [port for port in plan.all_ports() if port_is_listening(port)]
+
+
 def find_free_plan(attempts: int = 50, rng: random.Random | None = None) -> PortPlan:
     """Picks a base port whose whole plan is free, for tests and ``--base-port auto``."""
     rng = rng or random.Random()
