@@ -90,23 +90,43 @@ class Query:
 
     def profile(self, start: int, end: int, filters: Filters = Filters()) -> dict[str, int]:
         """Returns the merged folded counts of the samples matching `filters` in [start, end)."""
+        totals = self.profile_ids(start, end, filters)
+        names = self.stack_names(totals)
+        return {names[sid]: count for sid, count in totals.items()}
+
+    def profile_ids(self, start: int, end: int, filters: Filters = Filters()) -> dict[int, int]:
+        """Returns the merged counts by stack id (see stack_names) of the samples matching
+        `filters` in [start, end); stacks whose samples sum to zero or less are left out."""
         start, end = _check_window(start, end)
         filters = _check_filters(filters)
         totals: dict[int, int] = {}
         with translate_errors("reading a profile"), self.store.engine.read_transaction() as conn:
             segments = plan(start, end, self.store.tier_states(conn))
             series = self._series_ids(filters)
+            s = schema.samples
             for seg in segments:
-                s = schema.samples
                 stmt = (
-                    sa.select(s.c.stack_id, sa.func.sum(s.c.count))
+                    sa.select(s.c.stack_id, sa.cast(sa.func.sum(s.c.count), sa.BigInteger))
                     .where(*self._segment_where(seg), s.c.series_id.in_(series))
                     .group_by(s.c.stack_id)
                 )
-                for stack_id, count in conn.execute(stmt):
-                    totals[stack_id] = totals.get(stack_id, 0) + int(count)
-            names = self._stack_names(conn, totals)
-        return {names[sid]: count for sid, count in totals.items() if count > 0}
+                # The driver's rows as they come: SQLAlchemy's row objects would triple the
+                # cost of reading a window of many distinct stacks (both columns are integers).
+                rows = conn.execute(stmt).cursor.fetchall()
+                if not totals:
+                    totals = dict(rows)
+                else:
+                    for stack_id, count in rows:
+                        totals[stack_id] = totals.get(stack_id, 0) + count
+        if totals and min(totals.values()) <= 0:
+            totals = {sid: count for sid, count in totals.items() if count > 0}
+        return totals
+
+    def stack_names(self, ids: Iterable[int], *, cache: bool = True) -> dict[int, str]:
+        """Returns the folded text of stacks by id; ``cache=False`` for callers keeping
+        their own (the names of a large window take as much memory as its text)."""
+        with translate_errors("reading stack names"), self.store.engine.read_transaction() as conn:
+            return self._stack_names(conn, ids, cache)
 
     def tree(self, start: int, end: int, filters: Filters = Filters()) -> Node:
         """Returns the call tree of the merged profile (sampler.profile.Node; to_dict() for d3)."""
@@ -191,18 +211,22 @@ class Query:
             where.append(sr.c.label_set_id.in_(matching))
         return sa.select(sr.c.id).where(*where)
 
-    def _stack_names(self, conn: sa.Connection, ids: Iterable[int]) -> dict[int, str]:
+    def _stack_names(
+        self, conn: sa.Connection, ids: Iterable[int], cache: bool = True
+    ) -> dict[int, str]:
         wanted = list(ids)
-        missing = [sid for sid in wanted if sid not in self._stacks]
-        if len(self._stacks) + len(missing) > _STACK_CACHE_LIMIT:
-            self._stacks.clear()
+        known = self._stacks if cache else {}
+        missing = [sid for sid in wanted if sid not in known]
+        if cache and len(known) + len(missing) > _STACK_CACHE_LIMIT:
+            known.clear()
             missing = wanted
+        found = known if cache else {}
         st = schema.stacks
         for i in range(0, len(missing), _CHUNK):
             chunk = missing[i : i + _CHUNK]
             rows = conn.execute(sa.select(st.c.id, st.c.folded).where(st.c.id.in_(chunk)))
-            self._stacks.update((sid, folded) for sid, folded in rows)
-        return {sid: self._stacks.get(sid, f"[unknown stack {sid}]") for sid in wanted}
+            found.update(rows.cursor.fetchall())
+        return {sid: found.get(sid, f"[unknown stack {sid}]") for sid in wanted}
 
 
 def _values_by_key(

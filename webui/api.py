@@ -17,9 +17,9 @@ from webui import db
 from webui.exports import EXPORTS, ExportInfo
 from webui.model import (
     choose_step,
-    diff_tree,
+    diff_tree_sorted,
     fill_timeline,
-    flame_tree,
+    flame_tree_sorted,
     rank_changes,
     top_functions,
 )
@@ -74,7 +74,8 @@ def flamegraph() -> Response:
     database = db.get_db()
 
     def compute() -> dict[str, Any]:
-        tree = flame_tree(database.profile(selection), max_nodes=max_nodes, min_share=min_share)
+        stacks = database.sorted_stacks(selection)
+        tree = flame_tree_sorted(stacks, max_nodes=max_nodes, min_share=min_share)
         return {
             "selection": _describe(selection),
             "resolution": database.query.resolution(selection.start, selection.end),
@@ -96,9 +97,9 @@ def diff() -> Response:
     database = db.get_db()
 
     def compute() -> dict[str, Any]:
+        tree = diff_tree_sorted(database.sorted_stacks(a, b), max_nodes=max_nodes)
         counts_a = database.profile(a)
         counts_b = database.profile(b)
-        tree = diff_tree(counts_a, counts_b, max_nodes=max_nodes)
         changes = rank_changes(counts_a, counts_b, limit=limit, order=order)
         return {
             "a": _describe(a),

@@ -4,10 +4,11 @@ One ``Database`` per app holds the collector's ``Store`` (its connection pool) a
 (which caches stack names), opened on first use with a read-only URL: SQLite in
 ``mode=ro``, PostgreSQL with ``default_transaction_read_only``.
 
-Two caches, both small: the last merged profile read (one page view asks for the same window
-several times: graph, table, export), reused for a few seconds or for as long as its window
-has settled; and an LRU of results derived from settled windows (pruned trees, tables), which
-cannot change any more.
+Three caches: the last merged profile read (one page view asks for the same window several
+times: graph, table, export), reused for a few seconds or for as long as its window has
+settled; an LRU of results derived from settled windows (pruned trees, tables), which cannot
+change any more; and the sort order of every stack read so far (webui.model.StackIndex, the
+one that takes memory: the stacks' text, once), so a window's stacks are sorted as integers.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from flask import Flask, current_app, g
 
 from collector.query import Filters, Query
 from collector.store import Store, StoreUnavailable
+from webui.model import SortedStacks, StackIndex
 from webui.params import Selection
 
 __all__ = ["Database", "get_db", "init_app", "mark_unavailable", "readonly_url"]
@@ -93,16 +95,19 @@ class Database:
         *,
         bucket_seconds: int = 60,
         cache_entries: int = 16,
+        stack_index_mb: int = 300,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.url = url
         self.bucket_seconds = bucket_seconds
         self.cache_entries = cache_entries
+        self.stack_index_mb = stack_index_mb
         self.clock = clock
         self._lock = threading.Lock()
         self._store: Store | None = None
         self._query: Query | None = None
-        self._last: tuple[Selection, float, dict[str, int]] | None = None
+        self._index: StackIndex | None = None
+        self._last: tuple[Selection, float, dict[int, int]] | None = None
         self._results: OrderedDict[Hashable, Any] = OrderedDict()
 
     @property
@@ -113,26 +118,45 @@ class Database:
                 store = Store(readonly_url(self.url), bucket_seconds=self.bucket_seconds)
                 if store.dialect == "postgresql":
                     _read_only_sessions(store.engine.sa_engine)
-                self._store, self._query = store, Query(store)
+                self._store, self._query = store, query = store, Query(store)
+                self._index = StackIndex(
+                    lambda ids: query.stack_names(ids, cache=False),
+                    max_chars=self.stack_index_mb * 1_000_000,
+                )
             return self._query
+
+    @property
+    def index(self) -> StackIndex:
+        """The sort order of the stacks read so far, opening the store on first use."""
+        self.query  # noqa: B018 - opens the store and the index
+        assert self._index is not None
+        return self._index
 
     def settled(self, *selections: Selection) -> bool:
         """Tells whether the windows ended long enough ago to get no more samples."""
         limit = self.clock() - _SETTLED_BUCKETS * self.bucket_seconds
         return all(selection.end <= limit for selection in selections)
 
-    def profile(self, selection: Selection) -> dict[str, int]:
-        """Returns the merged folded counts of a selection (do not modify them)."""
+    def profile_ids(self, selection: Selection) -> dict[int, int]:
+        """Returns the merged counts by stack id of a selection (do not modify them)."""
         now = self.clock()
         with self._lock:
             last = self._last
         if last is not None and last[0] == selection:
             if now - last[1] <= _FRESH_SECONDS or self.settled(selection):
                 return last[2]
-        counts = self.query.profile(selection.start, selection.end, filters_of(selection))
+        counts = self.query.profile_ids(selection.start, selection.end, filters_of(selection))
         with self._lock:
             self._last = (selection, now, counts)
         return counts
+
+    def profile(self, selection: Selection) -> dict[str, int]:
+        """Returns the merged folded counts of a selection."""
+        return self.index.folded(self.profile_ids(selection))
+
+    def sorted_stacks(self, *selections: Selection) -> SortedStacks:
+        """Returns the stacks of these selections in sort order, with their counts."""
+        return self.index.arrange([self.profile_ids(selection) for selection in selections])
 
     def cached(self, key: Hashable, settled: bool, compute: Callable[[], Any]) -> Any:
         """Returns ``compute()``, kept in the LRU when ``settled`` (the data cannot change)."""
@@ -160,7 +184,7 @@ class Database:
         with self._lock:
             if self._store is not None:
                 self._store.close()
-            self._store = self._query = self._last = None
+            self._store = self._query = self._index = self._last = None
             self._results.clear()
 
 
@@ -170,6 +194,7 @@ def init_app(app: Flask) -> None:
         app.config["DATABASE_URL"],
         bucket_seconds=app.config["BUCKET_SECONDS"],
         cache_entries=app.config["CACHE_ENTRIES"],
+        stack_index_mb=app.config["STACK_INDEX_MB"],
     )
     app.teardown_appcontext(_teardown)
 

@@ -101,10 +101,23 @@ SETTINGS: tuple[Setting, ...] = (
         16,
         "Recent merged profiles of windows that ended in the past kept in memory (0: none).",
     ),
+    Setting(
+        "stack_index_mb",
+        int,
+        300,
+        "Memory for the sort order of stacks already read (their text, once), which makes a "
+        "window of many distinct stacks fast to draw; past it the index starts over.",
+    ),
 )
 
 _BY_NAME = {setting.name: setting for setting in SETTINGS}
-_POSITIVE = ("bucket_seconds", "max_nodes", "max_nodes_limit", "sample_interval")
+_POSITIVE = (
+    "bucket_seconds",
+    "max_nodes",
+    "max_nodes_limit",
+    "sample_interval",
+    "stack_index_mb",
+)
 
 
 def _coerce(setting: Setting, value: Any, source: str) -> Any:

@@ -50,6 +50,17 @@ def test_filters_or_within_a_key_and_across_keys(fleet: Query) -> None:
     assert fleet.profile(*window, Filters(mode="wall")) == {}
 
 
+def test_profile_by_stack_id_and_the_names_of_the_ids(fleet: Query) -> None:
+    window = (T0, T0 + 180)
+    by_id = fleet.profile_ids(*window)
+    assert all(type(sid) is int and type(count) is int for sid, count in by_id.items())
+    names = fleet.stack_names(by_id, cache=False)
+    assert {names[sid]: count for sid, count in by_id.items()} == fleet.profile(*window)
+    # A bucket counts when its start lies in the window: the last two minutes here.
+    assert sum(fleet.profile_ids(T0 + 30, T0 + 180).values()) == 30
+    assert fleet.stack_names([12345]) == {12345: "[unknown stack 12345]"}
+
+
 def test_timeline_per_bucket_and_per_step(fleet: Query) -> None:
     assert fleet.timeline(T0, T0 + 180) == [(T0, 15), (T0 + 60, 15), (T0 + 120, 15)]
     assert fleet.timeline(T0, T0 + 180, Filters(services=("batch",))) == [

@@ -122,6 +122,23 @@ def test_flamegraph_frames_are_drawn(server, page):
     assert first in ("__main__:<module>", "all")
 
 
+def test_the_graph_is_requested_once_before_the_scripts_have_loaded(server, page):
+    # Notes, for each API request, whether d3 had run yet when the page asked for it.
+    page.add_init_script(
+        "const fetched = window.fetched = []; const real = window.fetch;"
+        " window.fetch = (url, ...rest) => {"
+        " fetched.push([String(url), typeof window.d3]); return real(url, ...rest) }"
+    )
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(urlparse(request.url).path))
+    open_view(page, f"{server}/?{WINDOW}&max_nodes=300")
+    assert requests.count("/api/flamegraph") == 1 and requests.count("/api/timeline") == 1
+    fetched = dict(page.evaluate("window.fetched"))
+    graph = next(url for url in fetched if "/api/flamegraph?" in url)
+    assert fetched[graph] == "undefined" and "max_nodes=300" in graph
+    assert total(page) == sum(expected().values())
+
+
 def test_an_empty_window_says_so(server, page):
     open_view(page, f"{server}/?from={T0 - 7200}&to={T0 - 3600}")
     assert "No samples" in page.text_content("#chart .empty")

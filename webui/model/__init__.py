@@ -1,12 +1,23 @@
 """The web UI's pure model: pruned and differential trees, function tables, time parsing.
 
-Nothing here does I/O or reads a clock: callers pass the data and the current time in.
+Nothing here does I/O or reads a clock: callers pass the data, the current time, and the
+function that reads stack names (StackIndex) in.
 """
 
 from __future__ import annotations
 
-from .flametree import PRUNED, DiffTree, FlameTree, diff_tree, flame_tree
+from .flametree import (
+    PRUNED,
+    DiffTree,
+    FlameTree,
+    SortedStacks,
+    diff_tree,
+    diff_tree_sorted,
+    flame_tree,
+    flame_tree_sorted,
+)
 from .functions import FunctionChange, rank_changes, top_functions
+from .stackindex import StackIndex
 from .timewindow import choose_step, fill_timeline, parse_duration, parse_time
 
 __all__ = [
@@ -14,10 +25,14 @@ __all__ = [
     "DiffTree",
     "FlameTree",
     "FunctionChange",
+    "SortedStacks",
+    "StackIndex",
     "choose_step",
     "diff_tree",
+    "diff_tree_sorted",
     "fill_timeline",
     "flame_tree",
+    "flame_tree_sorted",
     "parse_duration",
     "parse_time",
     "rank_changes",

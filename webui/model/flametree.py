@@ -20,7 +20,19 @@ from typing import Any
 
 from sampler.profile import unescape_frame
 
-__all__ = ["PRUNED", "DiffTree", "FlameTree", "diff_tree", "flame_tree"]
+__all__ = [
+    "PRUNED",
+    "DiffTree",
+    "FlameTree",
+    "SortedStacks",
+    "diff_tree",
+    "diff_tree_sorted",
+    "flame_tree",
+    "flame_tree_sorted",
+    "folded_of",
+    "sort_key",
+    "sort_stacks",
+]
 
 PRUNED = "[pruned]"
 
@@ -74,57 +86,88 @@ class DiffTree:
         }
 
 
-class _SortedStacks:
-    """Folded stacks sorted so that each call-tree node is one contiguous range of keys.
+@dataclass
+class SortedStacks:
+    """Stacks as sort keys (see sort_key), in order, with each profile's counts aligned.
 
-    ``cumulative[i][k]`` is profile i's samples in the first k keys, and ``weight[k]`` the
-    same for the pruning weight (a weighted sum of the profiles), so any node's numbers are
-    differences of two entries.
+    Sorted so, every call-tree node is one contiguous range of keys. Built from folded counts
+    by sort_stacks(), or by a webui StackIndex that keeps the order between requests.
     """
 
-    def __init__(self, profiles: Sequence[Mapping[str, int]], scale: Sequence[float]) -> None:
-        # Builtins over whole lists (map, sorted, accumulate) rather than Python loops: this
-        # runs over every distinct stack of the window.
-        if len(profiles) == 1:
-            stacks = list(profiles[0])
-            values = [list(profiles[0].values())]
-        else:
-            stacks = list(set().union(*profiles))
-            values = [list(map(p.get, stacks, itertools.repeat(0))) for p in profiles]
+    keys: list[str]
+    values: list[list[int]]
+
+
+def sort_key(stack: str) -> str:
+    """Returns the key a folded stack sorts by: frames joined by a separator that sorts
+    below every character a frame name may hold (control characters are escaped)."""
+    if _SEP in stack or _END in stack or "\n" in stack:
+        stack = _sanitize(stack)
+    return stack.replace(";", _SEP)
+
+
+def folded_of(key: str) -> str:
+    """Returns the folded stack of a sort key."""
+    return key.replace(_SEP, ";")
+
+
+def sort_stacks(profiles: Sequence[Mapping[str, int]]) -> SortedStacks:
+    """Sorts the stacks of one or more profiles of folded counts (missing counts are 0)."""
+    # Builtins over whole lists (map, sorted, join) rather than Python loops: this runs over
+    # every distinct stack of the window.
+    if len(profiles) == 1:
+        stacks = list(profiles[0])
+        values = [list(profiles[0].values())]
+    else:
+        stacks = list(set().union(*profiles))
+        values = [list(map(p.get, stacks, itertools.repeat(0))) for p in profiles]
+    # One join, replace and split over all stacks: much faster than one replace each.
+    joined = "\n".join(stacks)
+    keys = joined.replace(";", _SEP).split("\n") if stacks else []
+    if len(keys) != len(stacks) or _SEP in joined or _END in joined:
+        # Not valid folded text (control characters in a frame); keep it drawable anyway.
+        keys = list(map(sort_key, stacks))
+    del joined
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    return SortedStacks(
+        list(map(keys.__getitem__, order)), [list(map(v.__getitem__, order)) for v in values]
+    )
+
+
+class _Ranges:
+    """Cumulative counts over sorted stacks, so any node's numbers are two lookups.
+
+    ``cumulative[i][k]`` is profile i's samples in the first k keys, and ``weight[k]`` the
+    same for the pruning weight (a weighted sum of the profiles).
+    """
+
+    def __init__(self, stacks: SortedStacks, scale: Sequence[float]) -> None:
+        keys, values = stacks.keys, stacks.values
         # The empty stack has no frames: its samples belong to the root itself.
-        self.root_self = [max(profile.get("", 0), 0) for profile in profiles]
-        if "" in stacks:
-            index = stacks.index("")
-            del stacks[index]
-            for v in values:
-                del v[index]
-        for v in values:
+        self.root_self = [0] * len(values)
+        if keys and keys[0] == "":
+            self.root_self = [max(v[0], 0) for v in values]
+            keys, values = keys[1:], [v[1:] for v in values]
+        for i, v in enumerate(values):
             if v and min(v) < 0:
-                v[:] = [max(x, 0) for x in v]
+                values[i] = [max(x, 0) for x in v]
         weights = values[0] if len(values) == 1 else list(map(sum, zip(*values, strict=True)))
         if 0 in weights:  # stacks without samples would only make empty nodes
             keep = [i for i, w in enumerate(weights) if w]
-            stacks = [stacks[i] for i in keep]
+            keys = [keys[i] for i in keep]
             values = [[v[i] for i in keep] for v in values]
-        # One join, replace and split over all stacks: much faster than one replace each.
-        joined = "\n".join(stacks)
-        keys = joined.replace(";", _SEP).split("\n") if stacks else []
-        if len(keys) != len(stacks) or _SEP in joined or _END in joined:
-            # Not valid folded text (control characters in a frame); keep it drawable anyway.
-            keys = [_sanitize(stack).replace(";", _SEP) for stack in stacks]
-        del joined
-        order = sorted(range(len(keys)), key=keys.__getitem__)
-        self.keys: list[str] = list(map(keys.__getitem__, order))
-        self.cumulative = [[0, *itertools.accumulate(map(v.__getitem__, order))] for v in values]
+        self.keys = keys
+        self.cumulative = [[0, *itertools.accumulate(v)] for v in values]
         self.totals = [
             cum[-1] + own for cum, own in zip(self.cumulative, self.root_self, strict=True)
         ]
-        if len(profiles) == 1:
+        if len(values) == 1:
             self.weight: Sequence[float] = self.cumulative[0]
         else:
-            per_key = [
-                sum(v[i] * factor for v, factor in zip(values, scale, strict=True)) for i in order
-            ]
+            per_key = map(
+                sum,
+                zip(*([x * f for x in v] for v, f in zip(values, scale, strict=True)), strict=True),
+            )
             self.weight = [0.0, *itertools.accumulate(per_key)]
 
     def sums(self, lo: int, hi: int) -> list[int]:
@@ -137,7 +180,7 @@ def _sanitize(stack: str) -> str:
 
 
 def _best_first(
-    stacks: _SortedStacks,
+    stacks: _Ranges,
     root: Node,
     make_node: Callable[[str, list[int]], Node],
     max_nodes: int,
@@ -248,7 +291,14 @@ def _best_first(
 
 
 def flame_tree(
-    counts: Mapping[str, int],
+    counts: Mapping[str, int], *, max_nodes: int = 5000, min_share: float = 0.0
+) -> FlameTree:
+    """Builds the pruned call tree of a profile of folded counts (see flame_tree_sorted)."""
+    return flame_tree_sorted(sort_stacks([counts]), max_nodes=max_nodes, min_share=min_share)
+
+
+def flame_tree_sorted(
+    stacks: SortedStacks,
     *,
     max_nodes: int = 5000,
     min_share: float = 0.0,
@@ -260,14 +310,14 @@ def flame_tree(
     The callees of a node that were not kept become one ``[pruned]`` child holding their
     samples. Frame names are unescaped for display.
     """
-    stacks = _SortedStacks([counts], [1.0])
-    total = stacks.totals[0]
+    ranges = _Ranges(stacks, [1.0])
+    total = ranges.totals[0]
     root: Node = {"name": root_name, "value": total, "children": []}
 
     def make_node(name: str, sums: list[int]) -> Node:
         return {"name": unescape_frame(name), "value": sums[0], "children": []}
 
-    kept, pruned = _best_first(stacks, root, make_node, max_nodes, min_share * total)
+    kept, pruned = _best_first(ranges, root, make_node, max_nodes, min_share * total)
     for node, sums in pruned:
         node["children"].append({"name": PRUNED, "value": sums[0], "children": []})
     pruned_samples = sum(sums[0] for _, sums in pruned)
@@ -275,8 +325,14 @@ def flame_tree(
 
 
 def diff_tree(
-    counts_a: Mapping[str, int],
-    counts_b: Mapping[str, int],
+    counts_a: Mapping[str, int], counts_b: Mapping[str, int], *, max_nodes: int = 5000
+) -> DiffTree:
+    """Builds the differential tree of two profiles of folded counts (see diff_tree_sorted)."""
+    return diff_tree_sorted(sort_stacks([counts_a, counts_b]), max_nodes=max_nodes)
+
+
+def diff_tree_sorted(
+    stacks: SortedStacks,
     *,
     max_nodes: int = 5000,
     min_share: float = 0.0,
@@ -287,14 +343,11 @@ def diff_tree(
     Every node carries ``a`` and ``b`` (its inclusive share of each side's total, 0..1),
     ``delta`` (b - a: positive means more time in B), the sample counts ``samples_a`` and
     ``samples_b``, and ``value``, the mean of the two shares, which sets its width. Pruning
-    keeps the nodes with the largest ``a + b``.
+    keeps the nodes with the largest ``a + b``. ``stacks`` holds the two profiles, A first.
     """
-    totals = [
-        sum(c for c in counts_a.values() if c > 0),
-        sum(c for c in counts_b.values() if c > 0),
-    ]
+    totals = [sum(c for c in values if c > 0) for values in stacks.values]
     scale = [1.0 / t if t else 0.0 for t in totals]
-    stacks = _SortedStacks([counts_a, counts_b], scale)
+    ranges = _Ranges(stacks, scale)
 
     def make_node(name: str, sums: list[int]) -> Node:
         a, b = sums[0] * scale[0], sums[1] * scale[1]
@@ -311,7 +364,7 @@ def diff_tree(
 
     root = make_node(root_name, totals)
     kept, pruned = _best_first(
-        stacks,
+        ranges,
         root,
         lambda name, sums: make_node(unescape_frame(name), sums),
         max_nodes,

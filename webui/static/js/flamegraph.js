@@ -1,7 +1,7 @@
 // The flamegraph page: timeline, filters, flamegraph, search and the top-functions table.
 
 import { $, body, count, pct, regexEscape, showStatus } from './util.js'
-import { api, params, selectionParams, update } from './state.js'
+import { api, graphQuery, params, selectionParams, update } from './state.js'
 import { refreshFilters, setupFilters } from './filters.js'
 import { drawTimeline } from './timeline.js'
 import { createFlame } from './flame.js'
@@ -68,11 +68,8 @@ async function load () {
   showStatus('')
   body.dataset.state = 'loading'
   try {
-    const maxNodes = p.get('max_nodes')
-    const graphQuery = new URLSearchParams(query)
-    if (maxNodes) graphQuery.set('max_nodes', maxNodes)
     const [graph, timeline] = await Promise.all([
-      api('flamegraph', graphQuery), api('timeline', query)
+      api('flamegraph', graphQuery(p)), api('timeline', query)
     ])
     if (ticket !== loading) return // a newer load started meanwhile
     total = graph.total

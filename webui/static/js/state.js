@@ -28,10 +28,33 @@ export function selectionParams (source = params()) {
   return out
 }
 
-export async function api (endpoint, query) {
-  const response = await fetch(`${body.dataset.api}/${endpoint}?${query}`, {
+// The flamegraph's own request: the selection and the node budget asked for in the URL.
+export function graphQuery (source = params()) {
+  const query = selectionParams(source)
+  if (source.get('max_nodes')) query.set('max_nodes', source.get('max_nodes'))
+  return query
+}
+
+// Requests started before the page's scripts were ready (see prefetch.js), by URL.
+const started = new Map()
+
+function request (endpoint, query) {
+  return fetch(`${body.dataset.api}/${endpoint}?${query}`, {
     headers: { Accept: 'application/json' }
   })
+}
+
+// Starts a request now; the first api() call for the same URL takes its response.
+export function prefetch (endpoint, query) {
+  const key = `${endpoint}?${query}`
+  if (!started.has(key)) started.set(key, request(endpoint, query))
+}
+
+export async function api (endpoint, query) {
+  const key = `${endpoint}?${query}`
+  const early = started.get(key)
+  started.delete(key)
+  const response = await (early || request(endpoint, query))
   let data = null
   try { data = await response.json() } catch (error) { data = null }
   if (!response.ok) {

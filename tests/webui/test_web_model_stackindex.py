@@ -1,0 +1,125 @@
+"""The stack index: windows of stack ids put in the same order as sorting their text would."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+from test_web_model_tree import as_plain, random_profile
+
+from webui.model import StackIndex, diff_tree, diff_tree_sorted, flame_tree, flame_tree_sorted
+from webui.model.flametree import sort_stacks
+
+
+def catalogue(rng: random.Random, stacks: int) -> dict[int, str]:
+    """Stack ids (large, like the store's hashes) to folded text, with awkward names."""
+    texts = set(random_profile(rng, stacks * 2))
+    texts |= {"", "a", "a;b", "a b;c", "a\x01b;c", "x;y\nz"}
+    return {rng.getrandbits(63): text for text in sorted(texts)}
+
+
+class Names:
+    """A name reader that counts what it was asked for."""
+
+    def __init__(self, names: dict[int, str]) -> None:
+        self.names = names
+        self.asked: list[int] = []
+
+    def __call__(self, ids: list[int]) -> dict[int, str]:
+        self.asked += ids
+        return {sid: self.names[sid] for sid in ids if sid in self.names}
+
+
+def window(rng: random.Random, names: dict[int, str], size: int) -> dict[int, int]:
+    return {sid: rng.randint(1, 50) for sid in rng.sample(sorted(names), size)}
+
+
+def by_text(names: dict[int, str], counts: dict[int, int]) -> dict[str, int]:
+    return {names[sid]: count for sid, count in counts.items()}
+
+
+def test_windows_come_out_as_sorting_their_text_would():
+    rng = random.Random(5)
+    names = catalogue(rng, 400)
+    reader = Names(names)
+    index = StackIndex(reader)
+    # Small windows first (sorted), then one holding most stacks (spread over the index).
+    seen: set[int] = set()
+    for size in (10, 50, 200, len(names) - 3, 30):
+        counts = window(rng, names, size)
+        seen |= set(counts)
+        assert index.arrange([counts]) == sort_stacks([by_text(names, counts)])
+    assert len(index) == len(seen)
+    assert sorted(reader.asked) == sorted(set(reader.asked))  # each name read once
+
+
+def test_two_profiles_are_aligned_with_zeros_where_one_lacks_a_stack():
+    rng = random.Random(6)
+    names = catalogue(rng, 200)
+    index = StackIndex(Names(names))
+    a, b = window(rng, names, 120), window(rng, names, 90)
+    arranged = index.arrange([a, b])
+    assert arranged == sort_stacks([by_text(names, a), by_text(names, b)])
+    folded_a, folded_b = by_text(names, a), by_text(names, b)
+    assert as_plain(diff_tree_sorted(arranged).root) == as_plain(diff_tree(folded_a, folded_b).root)
+
+
+def test_trees_from_the_index_equal_trees_from_folded_text():
+    rng = random.Random(7)
+    names = catalogue(rng, 300)
+    index = StackIndex(Names(names))
+    counts = window(rng, names, 250)
+    for max_nodes in (2, 40, 5000):
+        sorted_tree = flame_tree_sorted(index.arrange([counts]), max_nodes=max_nodes)
+        text_tree = flame_tree(by_text(names, counts), max_nodes=max_nodes)
+        assert sorted_tree.to_dict() == text_tree.to_dict()
+
+
+def test_folded_gives_back_the_text():
+    rng = random.Random(8)
+    names = {sid: text for sid, text in catalogue(rng, 100).items() if "\x01" not in text}
+    index = StackIndex(Names(names))
+    counts = window(rng, names, 60)
+    assert index.folded(counts) == by_text(names, counts)
+
+
+def test_an_unknown_id_gets_a_name_and_does_not_break_the_order():
+    names = {1: "a;b", 2: "a"}
+    index = StackIndex(Names(names))
+    arranged = index.arrange([{1: 3, 2: 4, 99: 5}])
+    assert index.folded({99: 5}) == {"[unknown stack 99]": 5}
+    assert sum(arranged.values[0]) == 12
+
+
+def test_past_its_budget_the_index_starts_over_with_the_window():
+    rng = random.Random(9)
+    names = catalogue(rng, 300)
+    reader = Names(names)
+    index = StackIndex(reader, max_chars=2_000)
+    first = window(rng, names, 40)
+    index.arrange([first])
+    for _ in range(5):
+        counts = window(rng, names, 40)
+        assert index.arrange([counts]) == sort_stacks([by_text(names, counts)])
+        assert index._chars <= 2_000 or len(index) <= len(counts)
+    # Everything it holds is right: the window it was filled by comes out right again.
+    assert index.arrange([counts]) == sort_stacks([by_text(names, counts)])
+
+
+def test_concurrent_readers_all_get_their_own_window_in_order():
+    rng = random.Random(10)
+    names = catalogue(rng, 500)
+    index = StackIndex(Names(names))
+    windows = [window(rng, names, rng.randint(20, 300)) for _ in range(16)]
+    expected = [sort_stacks([by_text(names, w)]) for w in windows]
+    results: dict[int, object] = {}
+
+    def run(i: int) -> None:
+        results[i] = index.arrange([windows[i]])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(windows))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [results[i] for i in range(len(windows))] == expected
