@@ -74,8 +74,9 @@ def flamegraph() -> Response:
     database = db.get_db()
 
     def compute() -> dict[str, Any]:
-        stacks = database.sorted_stacks(selection)
-        tree = flame_tree_sorted(stacks, max_nodes=max_nodes, min_share=min_share)
+        with db.paused_gc():
+            stacks = database.sorted_stacks(selection)
+            tree = flame_tree_sorted(stacks, max_nodes=max_nodes, min_share=min_share)
         return {
             "selection": _describe(selection),
             "resolution": database.query.resolution(selection.start, selection.end),
@@ -97,10 +98,11 @@ def diff() -> Response:
     database = db.get_db()
 
     def compute() -> dict[str, Any]:
-        tree = diff_tree_sorted(database.sorted_stacks(a, b), max_nodes=max_nodes)
-        counts_a = database.profile(a)
-        counts_b = database.profile(b)
-        changes = rank_changes(counts_a, counts_b, limit=limit, order=order)
+        with db.paused_gc():
+            tree = diff_tree_sorted(database.sorted_stacks(a, b), max_nodes=max_nodes)
+            counts_a = database.profile(a)
+            counts_b = database.profile(b)
+            changes = rank_changes(counts_a, counts_b, limit=limit, order=order)
         return {
             "a": _describe(a),
             "b": _describe(b),
@@ -142,11 +144,13 @@ def top() -> Response:
     database = db.get_db()
 
     def compute() -> dict[str, Any]:
-        counts = database.profile(selection)
+        with db.paused_gc():
+            counts = database.profile(selection)
+            functions = top_functions(counts, limit=limit)
         return {
             "selection": _describe(selection),
             "total": sum(c for c in counts.values() if c > 0),
-            "functions": top_functions(counts, limit=limit),
+            "functions": functions,
         }
 
     key = ("top", selection, limit)
