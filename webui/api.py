@@ -100,9 +100,8 @@ def diff() -> Response:
     def compute() -> dict[str, Any]:
         with db.paused_gc():
             tree = diff_tree_sorted(database.sorted_stacks(a, b), max_nodes=max_nodes)
-            counts_a = database.profile(a)
-            counts_b = database.profile(b)
-            changes = rank_changes(counts_a, counts_b, limit=limit, order=order)
+            samples_a, samples_b = database.function_samples(a), database.function_samples(b)
+            changes = rank_changes(samples_a, samples_b, limit=limit, order=order)
         return {
             "a": _describe(a),
             "b": _describe(b),
@@ -145,13 +144,9 @@ def top() -> Response:
 
     def compute() -> dict[str, Any]:
         with db.paused_gc():
-            counts = database.profile(selection)
-            functions = top_functions(counts, limit=limit)
-        return {
-            "selection": _describe(selection),
-            "total": sum(c for c in counts.values() if c > 0),
-            "functions": functions,
-        }
+            samples = database.function_samples(selection)
+            functions = top_functions(samples, limit=limit)
+        return {"selection": _describe(selection), "total": samples.total, "functions": functions}
 
     key = ("top", selection, limit)
     return jsonify(database.cached(key, database.settled(selection), compute))

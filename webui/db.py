@@ -28,7 +28,7 @@ from flask import Flask, current_app, g
 
 from collector.query import Filters, Query
 from collector.store import Store, StoreUnavailable
-from webui.model import SortedStacks, StackIndex
+from webui.model import FunctionSamples, SortedStacks, StackIndex
 from webui.params import Selection
 
 __all__ = ["Database", "get_db", "init_app", "mark_unavailable", "paused_gc", "readonly_url"]
@@ -183,6 +183,10 @@ class Database:
     def profile(self, selection: Selection) -> dict[str, int]:
         """Returns the merged folded counts of a selection."""
         return self.index.folded(self.profile_ids(selection))
+
+    def function_samples(self, selection: Selection) -> FunctionSamples:
+        """Returns each frame's self and total samples in a selection."""
+        return self.index.function_samples(self.profile_ids(selection))
 
     def sorted_stacks(self, *selections: Selection) -> SortedStacks:
         """Returns the stacks of these selections in sort order, with their counts."""

@@ -7,7 +7,14 @@ import threading
 
 from test_web_model_tree import as_plain, random_profile
 
-from webui.model import StackIndex, diff_tree, diff_tree_sorted, flame_tree, flame_tree_sorted
+from webui.model import (
+    FunctionSamples,
+    StackIndex,
+    diff_tree,
+    diff_tree_sorted,
+    flame_tree,
+    flame_tree_sorted,
+)
 from webui.model.flametree import sort_stacks
 
 
@@ -123,3 +130,27 @@ def test_concurrent_readers_all_get_their_own_window_in_order():
     for thread in threads:
         thread.join()
     assert [results[i] for i in range(len(windows))] == expected
+
+
+def test_function_samples_match_counting_the_folded_text():
+    rng = random.Random(11)
+    # Control characters are escaped in sort keys (the store never holds them anyway).
+    names = {sid: text for sid, text in catalogue(rng, 300).items() if "\x01" not in text}
+    names[7] = "r;a;r;a;r"  # recursion counts once per stack
+    index = StackIndex(Names(names))
+    for size in (250, 40):
+        counts = window(rng, names, size) | {7: 9}
+        counts[next(iter(counts))] = 0  # a stack without samples counts for nothing
+        expected = FunctionSamples.of(by_text(names, counts))
+        assert index.function_samples(counts) == expected
+    assert index.function_samples({7: 9}).totals == {"r": 9, "a": 9}
+
+
+def test_the_frame_cache_starts_over_past_its_budget():
+    rng = random.Random(12)
+    names = catalogue(rng, 300)
+    index = StackIndex(Names(names), max_chars=4_000)
+    for _ in range(6):
+        counts = window(rng, names, 60)
+        assert index.function_samples(counts) == FunctionSamples.of(by_text(names, counts))
+    assert index._frame_bytes <= 2_000 + 60 * (56 + 8 * 20)

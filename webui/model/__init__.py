@@ -16,7 +16,7 @@ from .flametree import (
     flame_tree,
     flame_tree_sorted,
 )
-from .functions import FunctionChange, rank_changes, top_functions
+from .functions import FunctionChange, FunctionSamples, rank_changes, top_functions
 from .stackindex import StackIndex
 from .timewindow import choose_step, fill_timeline, parse_duration, parse_time
 
@@ -25,6 +25,7 @@ __all__ = [
     "DiffTree",
     "FlameTree",
     "FunctionChange",
+    "FunctionSamples",
     "SortedStacks",
     "StackIndex",
     "choose_step",

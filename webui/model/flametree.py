@@ -38,7 +38,7 @@ PRUNED = "[pruned]"
 
 # Frames never contain control characters (the wire format escapes them), so these two sort
 # below every character that can follow a frame name.
-_SEP = "\x01"
+_SEP = SEPARATOR = "\x01"
 _END = "\x02"
 
 Node = dict[str, Any]

@@ -11,7 +11,13 @@ from typing import Any
 
 from sampler.profile import unescape_frame
 
-__all__ = ["FunctionChange", "function_samples", "rank_changes", "top_functions"]
+__all__ = [
+    "FunctionChange",
+    "FunctionSamples",
+    "function_samples",
+    "rank_changes",
+    "top_functions",
+]
 
 
 def function_samples(counts: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
@@ -41,14 +47,36 @@ def function_samples(counts: Mapping[str, int]) -> tuple[dict[str, int], dict[st
     return self_counts, dict(totals)
 
 
-def top_functions(counts: Mapping[str, int], *, limit: int = 100) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class FunctionSamples:
+    """Each frame's self and total samples in a profile (escaped names), and its total."""
+
+    self_counts: dict[str, int]
+    totals: dict[str, int]
+    total: int
+
+    @classmethod
+    def of(cls, counts: Mapping[str, int]) -> FunctionSamples:
+        """Counts the frames of a profile of folded counts (see function_samples)."""
+        return cls(*function_samples(counts), sum(c for c in counts.values() if c > 0))
+
+
+def _samples(counts: Mapping[str, int] | FunctionSamples) -> FunctionSamples:
+    return counts if isinstance(counts, FunctionSamples) else FunctionSamples.of(counts)
+
+
+def top_functions(
+    counts: Mapping[str, int] | FunctionSamples, *, limit: int = 100
+) -> list[dict[str, Any]]:
     """Returns the functions with the most self samples (then total), with their shares.
 
     Names are unescaped for display; a recursive function counts once per stack in its total.
+    ``counts`` are folded counts, or their frames counted already (StackIndex does it faster).
     """
-    grand_total = sum(c for c in counts.values() if c > 0)
+    samples = _samples(counts)
+    grand_total = samples.total
     scale = 1.0 / grand_total if grand_total else 0.0
-    self_counts, totals = function_samples(counts)
+    self_counts, totals = samples.self_counts, samples.totals
     top = heapq.nsmallest(
         limit, totals, key=lambda name: (-self_counts.get(name, 0), -totals[name], name)
     )
@@ -90,8 +118,8 @@ class FunctionChange:
 
 
 def rank_changes(
-    counts_a: Mapping[str, int],
-    counts_b: Mapping[str, int],
+    counts_a: Mapping[str, int] | FunctionSamples,
+    counts_b: Mapping[str, int] | FunctionSamples,
     *,
     limit: int = 100,
     order: str = "self",
@@ -105,11 +133,14 @@ def rank_changes(
         raise ValueError(f"order must be 'self' or 'total', not {order!r}")
     sides = []
     for counts in (counts_a, counts_b):
-        total = sum(c for c in counts.values() if c > 0)
-        scale = 1.0 / total if total else 0.0
-        self_counts, totals = function_samples(counts)
+        samples = _samples(counts)
+        scale = 1.0 / samples.total if samples.total else 0.0
+        self_counts = samples.self_counts
         sides.append(
-            {name: (self_counts.get(name, 0) * scale, t * scale) for name, t in totals.items()}
+            {
+                name: (self_counts.get(name, 0) * scale, t * scale)
+                for name, t in samples.totals.items()
+            }
         )
     a, b = sides
     changes = [

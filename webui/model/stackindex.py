@@ -9,12 +9,13 @@ it is first read, and a window's stacks are then put in order by sorting small i
 from __future__ import annotations
 
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from itertools import compress
+from itertools import chain, compress, groupby
 from operator import itemgetter
 
-from .flametree import SortedStacks, folded_of, sort_key
+from .flametree import SEPARATOR, SortedStacks, folded_of, sort_key
+from .functions import FunctionSamples
 
 __all__ = ["StackIndex"]
 
@@ -35,11 +36,16 @@ class StackIndex:
     def __init__(self, read_names: NameReader, *, max_chars: int = 300_000_000) -> None:
         self.read_names = read_names
         self.max_chars = max_chars
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         # (keys in order, their stack ids, stack id -> position): replaced whole, never
         # changed in place, so readers take no lock.
         self._state: tuple[list[str], list[int], dict[int, int]] = ([], [], {})
         self._chars = 0
+        # Stack id -> its distinct frames, leaf first (one string object per frame name),
+        # made the first time a function table needs them; bounded to ~half of max_chars.
+        self._frames: dict[int, tuple[str, ...]] = {}
+        self._frame_names: dict[str, str] = {}
+        self._frame_bytes = 0
 
     def __len__(self) -> int:
         return len(self._state[0])
@@ -81,6 +87,54 @@ class StackIndex:
         """Returns a profile of counts by stack id as folded counts."""
         stacks = self.arrange([counts])
         return dict(zip(map(folded_of, stacks.keys), stacks.values[0], strict=True))
+
+    def function_samples(self, counts: Mapping[int, int]) -> FunctionSamples:
+        """Counts each frame's self and total samples in a profile of counts by stack id
+        (escaped names; a frame counts once per stack in its total)."""
+        # Stacks grouped by count, so that frames are counted in C (Counter) within a group and
+        # weighed once per distinct frame of the group: profiles have few distinct counts.
+        ids = sorted((sid for sid, count in counts.items() if count > 0), key=counts.__getitem__)
+        frames = self._frames_of(ids)
+        self_counts: Counter[str] = Counter()
+        totals: Counter[str] = Counter()
+        start = 0
+        for count, group in groupby(map(counts.__getitem__, ids)):
+            end = start + len(list(group))
+            stacks = frames[start:end]
+            start = end
+            for counter, seen in (
+                (self_counts, Counter(map(itemgetter(0), stacks))),
+                (totals, Counter(chain.from_iterable(stacks))),
+            ):
+                if count == 1:
+                    counter.update(seen)
+                else:
+                    for frame, n in seen.items():
+                        counter[frame] += n * count
+        self_counts.pop("", None)  # the empty stack has no frame
+        totals.pop("", None)
+        return FunctionSamples(dict(self_counts), dict(totals), sum(map(counts.__getitem__, ids)))
+
+    def _frames_of(self, ids: list[int]) -> list[tuple[str, ...]]:
+        cache = self._frames
+        if not all(map(cache.__contains__, ids)):
+            with self._lock:
+                if self._frame_bytes > self.max_chars // 2:
+                    cache.clear()
+                    self._frame_names.clear()
+                    self._frame_bytes = 0
+                missing = [sid for sid in ids if sid not in cache]
+                keys, _, rank = self._state
+                if not all(map(rank.__contains__, missing)):
+                    keys, _, rank = self._learn(missing)  # the lock is reentrant
+                names = self._frame_names
+                for sid in missing:
+                    parts = keys[rank[sid]].split(SEPARATOR)
+                    parts.reverse()
+                    cache[sid] = stack = tuple(dict.fromkeys(map(names.setdefault, parts, parts)))
+                    self._frame_bytes += 56 + 8 * len(stack)
+                return [cache[sid] for sid in ids]
+        return list(map(cache.__getitem__, ids))
 
     def _read(self, ids: list[int]) -> list[tuple[str, int]]:
         """Reads the names of ``ids``: (sort key, id) pairs in order."""
