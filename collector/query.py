@@ -24,7 +24,6 @@ from sampler.profile import Node, build_tree
 
 __all__ = ["Filters", "FunctionStat", "Query"]
 
-_CHUNK = 5000
 _STACK_CACHE_LIMIT = 1_000_000
 
 
@@ -220,13 +219,10 @@ class Query:
         if cache and len(known) + len(missing) > _STACK_CACHE_LIMIT:
             known.clear()
             missing = wanted
-        found = known if cache else {}
-        st = schema.stacks
-        for i in range(0, len(missing), _CHUNK):
-            chunk = missing[i : i + _CHUNK]
-            rows = conn.execute(sa.select(st.c.id, st.c.folded).where(st.c.id.in_(chunk)))
-            found.update(rows.cursor.fetchall())
-        return {sid: found.get(sid, f"[unknown stack {sid}]") for sid in wanted}
+        known.update(self.store.engine.stack_texts(conn, missing))
+        if not cache and len(known) == len(wanted):
+            return known
+        return {sid: known[sid] if sid in known else f"[unknown stack {sid}]" for sid in wanted}
 
 
 def _values_by_key(

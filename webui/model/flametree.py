@@ -31,6 +31,7 @@ __all__ = [
     "flame_tree_sorted",
     "folded_of",
     "sort_key",
+    "sort_keys",
     "sort_stacks",
 ]
 
@@ -106,6 +107,17 @@ def sort_key(stack: str) -> str:
     return stack.replace(";", _SEP)
 
 
+def sort_keys(stacks: list[str]) -> list[str]:
+    """Returns the sort key of each stack (see sort_key), in one pass over all of them."""
+    # One join, replace and split over all stacks: much faster than one replace each.
+    joined = "\n".join(stacks)
+    keys = joined.replace(";", _SEP).split("\n") if stacks else []
+    if len(keys) != len(stacks) or _SEP in joined or _END in joined:
+        # Not valid folded text (control characters in a frame); keep it drawable anyway.
+        keys = list(map(sort_key, stacks))
+    return keys
+
+
 def folded_of(key: str) -> str:
     """Returns the folded stack of a sort key."""
     return key.replace(_SEP, ";")
@@ -121,13 +133,7 @@ def sort_stacks(profiles: Sequence[Mapping[str, int]]) -> SortedStacks:
     else:
         stacks = list(set().union(*profiles))
         values = [list(map(p.get, stacks, itertools.repeat(0))) for p in profiles]
-    # One join, replace and split over all stacks: much faster than one replace each.
-    joined = "\n".join(stacks)
-    keys = joined.replace(";", _SEP).split("\n") if stacks else []
-    if len(keys) != len(stacks) or _SEP in joined or _END in joined:
-        # Not valid folded text (control characters in a frame); keep it drawable anyway.
-        keys = list(map(sort_key, stacks))
-    del joined
+    keys = sort_keys(stacks)
     order = sorted(range(len(keys)), key=keys.__getitem__)
     return SortedStacks(
         list(map(keys.__getitem__, order)), [list(map(v.__getitem__, order)) for v in values]

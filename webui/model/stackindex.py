@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from itertools import chain, compress, groupby
 from operator import itemgetter
 
-from .flametree import SEPARATOR, SortedStacks, folded_of, sort_key
+from .flametree import SEPARATOR, SortedStacks, folded_of, sort_keys
 from .functions import FunctionSamples
 
 __all__ = ["StackIndex"]
@@ -136,25 +136,29 @@ class StackIndex:
                 return [cache[sid] for sid in ids]
         return list(map(cache.__getitem__, ids))
 
-    def _read(self, ids: list[int]) -> list[tuple[str, int]]:
-        """Reads the names of ``ids``: (sort key, id) pairs in order."""
+    def _read(self, ids: list[int]) -> tuple[list[str], list[int]]:
+        """Reads the names of ``ids``: their sort keys and ids, in order."""
         names = self.read_names(ids)
-        return sorted((sort_key(names.get(sid, f"[unknown stack {sid}]")), sid) for sid in ids)
+        if len(names) < len(ids):
+            names = dict(names)
+            for sid in [sid for sid in ids if sid not in names]:
+                names[sid] = f"[unknown stack {sid}]"
+        return _in_order(sort_keys(list(map(names.__getitem__, ids))), ids)
 
     def _learn(self, ids: list[int]) -> tuple[list[str], list[int], dict[int, int]]:
         with self._lock:
             keys, known_ids, rank = self._state
-            new = self._read([sid for sid in ids if sid not in rank])
-            chars = sum(len(key) for key, _ in new)
+            new_keys, new_ids = self._read([sid for sid in ids if sid not in rank])
+            chars = sum(map(len, new_keys))
             if self._chars + chars > self.max_chars and keys:
                 # Start over with this read's stacks only (reading the known ones again).
-                keys, known_ids, self._chars = [], [], 0
-                new = sorted([*new, *self._read([sid for sid in ids if sid in rank])])
-                chars = sum(len(key) for key, _ in new)
-            # Two sorted runs: the sort merges them in one pass.
-            merged = sorted([*zip(keys, known_ids, strict=True), *new]) if keys else new
-            keys = list(map(itemgetter(0), merged))
-            known_ids = list(map(itemgetter(1), merged))
+                self._chars = 0
+                keys, known_ids = self._read([sid for sid in ids if sid in rank])
+                chars += sum(map(len, keys))
+            if keys:  # two sorted runs: the sort merges them in one pass
+                keys, known_ids = _in_order(keys + new_keys, known_ids + new_ids)
+            else:
+                keys, known_ids = new_keys, new_ids
             self._state = (
                 keys,
                 known_ids,
@@ -162,3 +166,9 @@ class StackIndex:
             )
             self._chars += chars
             return self._state
+
+
+def _in_order(keys: list[str], ids: list[int]) -> tuple[list[str], list[int]]:
+    """Sorts keys, and their ids along with them."""
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    return list(map(keys.__getitem__, order)), list(map(ids.__getitem__, order))

@@ -118,6 +118,17 @@ class Engine:
         """Returns the engine's INSERT construct (it has on_conflict_do_*)."""
         raise NotImplementedError
 
+    # Reads ----------------------------------------------------------------------------------
+
+    def stack_texts(self, conn: sa.Connection, ids: Sequence[int]) -> list[tuple[int, str]]:
+        """Reads the (id, folded text) of stacks; ids not stored are left out."""
+        st = schema.stacks
+        found: list[tuple[int, str]] = []
+        for i in range(0, len(ids), 5000):
+            stmt = sa.select(st.c.id, st.c.folded).where(st.c.id.in_(ids[i : i + 5000]))
+            found += conn.execute(stmt).cursor.fetchall()
+        return found
+
     # Partitions (PostgreSQL only) -----------------------------------------------------------
 
     def ensure_partitions(self, width: int, buckets: set[int]) -> None:

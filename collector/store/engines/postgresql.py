@@ -15,6 +15,8 @@ from collector.store.engines.base import Engine, EngineOptions
 __all__ = ["PostgreSQLEngine", "partition_span"]
 
 # One statement per batch: the arrays travel as four parameters, whatever the row count.
+_STACK_TEXTS = sa.text("SELECT id, folded FROM stacks WHERE id = ANY(CAST(:ids AS bigint[]))")
+
 _ADD_SAMPLES = sa.text(
     "INSERT INTO samples (width, bucket, series_id, stack_id, count) "
     "SELECT :width, t.b, t.s, t.k, t.c FROM unnest("
@@ -88,6 +90,13 @@ class PostgreSQLEngine(Engine):
                 "counts": counts,
             },
         )
+
+    def stack_texts(self, conn: sa.Connection, ids: Sequence[int]) -> list[tuple[int, str]]:
+        """Reads the (id, folded text) of stacks with one query; ids not stored are left out."""
+        if not ids:
+            return []
+        result = conn.execute(_STACK_TEXTS, {"ids": _int_array(ids)})
+        return result.cursor.fetchall()
 
     def upsert_cursor_entries(
         self, conn: sa.Connection, rows: Sequence[tuple[str, int, int, int]]
