@@ -215,14 +215,15 @@ class Query:
     ) -> dict[int, str]:
         wanted = list(ids)
         known = self._stacks if cache else {}
-        missing = [sid for sid in wanted if sid not in known]
-        if cache and len(known) + len(missing) > _STACK_CACHE_LIMIT:
-            known.clear()
-            missing = wanted
-        known.update(self.store.engine.stack_texts(conn, missing))
+        if cache and len(known) + len(wanted) > _STACK_CACHE_LIMIT:
+            self._stacks = known = {}  # replaced, not cleared: other threads may be reading it
+        known.update(self.store.engine.stack_texts(conn, [s for s in wanted if s not in known]))
         if not cache and len(known) == len(wanted):
             return known
-        return {sid: known[sid] if sid in known else f"[unknown stack {sid}]" for sid in wanted}
+        names = dict(zip(wanted, map(known.get, wanted), strict=True))
+        for sid in [sid for sid, name in names.items() if name is None]:
+            names[sid] = f"[unknown stack {sid}]"
+        return names  # type: ignore[return-value]  (no None is left)
 
 
 def _values_by_key(

@@ -99,8 +99,11 @@ def diff() -> Response:
 
     def compute() -> dict[str, Any]:
         with db.paused_gc():
-            tree = diff_tree_sorted(database.sorted_stacks(a, b), max_nodes=max_nodes)
-            samples_a, samples_b = database.function_samples(a), database.function_samples(b)
+            # Each side read once: the tree and the table describe the same samples.
+            counts_a, counts_b = database.profile_ids(a), database.profile_ids(b)
+            index = database.index
+            tree = diff_tree_sorted(index.arrange([counts_a, counts_b]), max_nodes=max_nodes)
+            samples_a, samples_b = (index.function_samples(c) for c in (counts_a, counts_b))
             changes = rank_changes(samples_a, samples_b, limit=limit, order=order)
         return {
             "a": _describe(a),

@@ -43,7 +43,9 @@ _FRESH_SECONDS = 10.0
 
 _gc_lock = threading.Lock()
 _gc_pausers = 0
-_gc_was_enabled = False
+_gc_paused_at: float | None = None  # when this module disabled the collector, if it did
+# Under steady load pauses overlap; the collector runs again after this long regardless.
+_GC_MAX_PAUSE = 5.0
 
 
 @contextmanager
@@ -52,21 +54,26 @@ def paused_gc() -> Iterator[None]:
 
     Reading a window of 200,000 stacks makes as many row tuples, which live for the whole
     request: each full collection they trigger walks every object of the process (up to 0.2 s
-    per request). Nothing here makes cycles; collection resumes when the last pauser is done.
+    per request). Nothing here makes cycles. Collection resumes when the last pauser is done,
+    or when one is done and it has been paused for _GC_MAX_PAUSE seconds, so overlapping
+    requests cannot keep it off.
     """
-    global _gc_pausers, _gc_was_enabled
+    global _gc_pausers, _gc_paused_at
     with _gc_lock:
         _gc_pausers += 1
-        if _gc_pausers == 1:
-            _gc_was_enabled = gc.isenabled()
+        if _gc_pausers == 1 and gc.isenabled():
             gc.disable()
+            _gc_paused_at = time.monotonic()
     try:
         yield
     finally:
         with _gc_lock:
             _gc_pausers -= 1
-            if _gc_pausers == 0 and _gc_was_enabled:
+            if _gc_paused_at is not None and (
+                _gc_pausers == 0 or time.monotonic() - _gc_paused_at > _GC_MAX_PAUSE
+            ):
                 gc.enable()
+                _gc_paused_at = None
 
 
 def readonly_url(url: str) -> str:
@@ -151,7 +158,7 @@ class Database:
                 self._store, self._query = store, query = store, Query(store)
                 self._index = StackIndex(
                     lambda ids: query.stack_names(ids, cache=False),
-                    max_chars=self.stack_index_mb * 1_000_000,
+                    max_bytes=self.stack_index_mb * 1_000_000,
                 )
             return self._query
 

@@ -105,8 +105,9 @@ SETTINGS: tuple[Setting, ...] = (
         "stack_index_mb",
         int,
         300,
-        "Memory for the sort order of stacks already read (their text, once), which makes a "
-        "window of many distinct stacks fast to draw; past it the index starts over.",
+        "Estimated memory, per process, for the sort order and frames of stacks already read "
+        "(their text once, plus ~200 bytes each), which makes windows of many distinct stacks "
+        "fast; past it the frames go, then the order starts over with the window at hand.",
     ),
 )
 

@@ -61,6 +61,19 @@ def test_profile_by_stack_id_and_the_names_of_the_ids(fleet: Query) -> None:
     assert fleet.stack_names([12345]) == {12345: "[unknown stack 12345]"}
 
 
+def test_stack_texts_in_one_query_agree_with_the_chunked_fallback(fleet: Query) -> None:
+    from collector.store.engines.base import Engine
+
+    stored = list(fleet.profile_ids(T0, T0 + 180))
+    ids = [*stored, -(2**63), 2**63 - 1]  # ids not stored, at the ends of the 64-bit range
+    engine = fleet.store.engine
+    with engine.read_transaction() as conn:
+        found = sorted(engine.stack_texts(conn, ids))
+        assert found == sorted(Engine.stack_texts(engine, conn, ids))
+        assert [sid for sid, _ in found] == sorted(stored)
+        assert engine.stack_texts(conn, []) == []
+
+
 def test_timeline_per_bucket_and_per_step(fleet: Query) -> None:
     assert fleet.timeline(T0, T0 + 180) == [(T0, 15), (T0 + 60, 15), (T0 + 120, 15)]
     assert fleet.timeline(T0, T0 + 180, Filters(services=("batch",))) == [

@@ -210,3 +210,40 @@ def test_build_assets_copies_the_npm_files(tmp_path):
     assert "default" in bundle
     with pytest.raises(AssetError, match="npm ci"):
         build_assets(tmp_path, tmp_path / "other", install=False)
+
+
+def test_gc_pauses_nest_end_on_errors_and_never_last_long(monkeypatch):
+    import gc
+
+    from webui import db
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError):
+        with db.paused_gc():
+            assert not gc.isenabled()
+            raise RuntimeError("a failed request")
+    assert gc.isenabled()
+    outer = db.paused_gc()
+    outer.__enter__()
+    with db.paused_gc():
+        pass
+    assert not gc.isenabled()  # the outer request still reads
+    outer.__exit__(None, None, None)
+    assert gc.isenabled()
+    # Overlapping requests under steady load: past the longest pause, collection resumes.
+    monkeypatch.setattr(db, "_GC_MAX_PAUSE", 0.0)
+    outer = db.paused_gc()
+    outer.__enter__()
+    with db.paused_gc():
+        pass
+    assert gc.isenabled()
+    outer.__exit__(None, None, None)
+    assert gc.isenabled()
+    # A host that turned the collector off keeps it off.
+    gc.disable()
+    try:
+        with db.paused_gc():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

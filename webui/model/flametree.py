@@ -148,7 +148,7 @@ class _Ranges:
     """
 
     def __init__(self, stacks: SortedStacks, scale: Sequence[float]) -> None:
-        keys, values = stacks.keys, stacks.values
+        keys, values = stacks.keys, list(stacks.values)  # the caller's lists stay as they are
         # The empty stack has no frames: its samples belong to the root itself.
         self.root_self = [0] * len(values)
         if keys and keys[0] == "":

@@ -24,25 +24,30 @@ NameReader = Callable[[list[int]], Mapping[int, str]]
 # A window holding at least 1/_SPREAD of the known stacks is put in order by spreading its
 # counts over all of them, which costs less than sorting it.
 _SPREAD = 8
+# Memory estimates, in bytes, beyond the text: per stack in the order (its key's header, two
+# list slots, its id and its rank's dict entry), and per stack's cached frames.
+_STACK_OVERHEAD = 200
+_FRAMES_OVERHEAD = 150
 
 
 class StackIndex:
     """Sort keys of known stacks in order, with each stack id's rank; thread-safe.
 
-    Bounded by ``max_chars`` of key text: when a read would pass it, the index starts over
-    with the stacks of that read only.
+    Bounded by ``max_bytes``, estimated (text counted as one byte a character): past it the
+    cached frames go first, then the order starts over with the stacks of the read at hand
+    (a single window larger than the bound is still served, and then held alone).
     """
 
-    def __init__(self, read_names: NameReader, *, max_chars: int = 300_000_000) -> None:
+    def __init__(self, read_names: NameReader, *, max_bytes: int = 300_000_000) -> None:
         self.read_names = read_names
-        self.max_chars = max_chars
+        self.max_bytes = max_bytes
         self._lock = threading.RLock()
         # (keys in order, their stack ids, stack id -> position): replaced whole, never
         # changed in place, so readers take no lock.
         self._state: tuple[list[str], list[int], dict[int, int]] = ([], [], {})
-        self._chars = 0
+        self._bytes = 0
         # Stack id -> its distinct frames, leaf first (one string object per frame name),
-        # made the first time a function table needs them; bounded to ~half of max_chars.
+        # made the first time a function table needs them. Replaced, never cleared in place.
         self._frames: dict[int, tuple[str, ...]] = {}
         self._frame_names: dict[str, str] = {}
         self._frame_bytes = 0
@@ -117,29 +122,31 @@ class StackIndex:
 
     def _frames_of(self, ids: list[int]) -> list[tuple[str, ...]]:
         cache = self._frames
-        if not all(map(cache.__contains__, ids)):
-            with self._lock:
-                if self._frame_bytes > self.max_chars // 2:
-                    cache.clear()
-                    self._frame_names.clear()
-                    self._frame_bytes = 0
-                missing = [sid for sid in ids if sid not in cache]
-                keys, _, rank = self._state
-                if not all(map(rank.__contains__, missing)):
-                    keys, _, rank = self._learn(missing)  # the lock is reentrant
-                names = self._frame_names
-                for sid in missing:
-                    parts = keys[rank[sid]].split(SEPARATOR)
-                    parts.reverse()
-                    cache[sid] = stack = tuple(dict.fromkeys(map(names.setdefault, parts, parts)))
-                    self._frame_bytes += 56 + 8 * len(stack)
-                return [cache[sid] for sid in ids]
-        return list(map(cache.__getitem__, ids))
+        found = list(map(cache.get, ids))
+        if None not in found:
+            return found  # type: ignore[return-value]
+        with self._lock:
+            keys, _, rank = self._state
+            if not all(map(rank.__contains__, ids)):
+                keys, _, rank = self._learn(ids)  # the lock is reentrant
+            if self._bytes + self._frame_bytes > self.max_bytes:
+                self._drop_frames()
+            cache, names = self._frames, self._frame_names
+            missing = [sid for sid in ids if sid not in cache]
+            for sid in missing:
+                parts = keys[rank[sid]].split(SEPARATOR)
+                parts.reverse()
+                cache[sid] = stack = tuple(dict.fromkeys(map(names.setdefault, parts, parts)))
+                self._frame_bytes += _FRAMES_OVERHEAD + 8 * len(stack)
+            return [cache[sid] for sid in ids]
+
+    def _drop_frames(self) -> None:
+        self._frames, self._frame_names, self._frame_bytes = {}, {}, 0
 
     def _read(self, ids: list[int]) -> tuple[list[str], list[int]]:
         """Reads the names of ``ids``: their sort keys and ids, in order."""
         names = self.read_names(ids)
-        if len(names) < len(ids):
+        if not all(map(names.__contains__, ids)):
             names = dict(names)
             for sid in [sid for sid in ids if sid not in names]:
                 names[sid] = f"[unknown stack {sid}]"
@@ -149,12 +156,14 @@ class StackIndex:
         with self._lock:
             keys, known_ids, rank = self._state
             new_keys, new_ids = self._read([sid for sid in ids if sid not in rank])
-            chars = sum(map(len, new_keys))
-            if self._chars + chars > self.max_chars and keys:
-                # Start over with this read's stacks only (reading the known ones again).
-                self._chars = 0
-                keys, known_ids = self._read([sid for sid in ids if sid in rank])
-                chars += sum(map(len, keys))
+            added = sum(map(len, new_keys)) + _STACK_OVERHEAD * len(new_keys)
+            if self._bytes + self._frame_bytes + added > self.max_bytes:
+                self._drop_frames()
+            if self._bytes + added > self.max_bytes and keys:
+                # Start over with this read's stacks only, keeping the keys known already.
+                kept = [sid for sid in ids if sid in rank]
+                keys, known_ids = _in_order([keys[rank[sid]] for sid in kept], kept)
+                self._bytes = sum(map(len, keys)) + _STACK_OVERHEAD * len(keys)
             if keys:  # two sorted runs: the sort merges them in one pass
                 keys, known_ids = _in_order(keys + new_keys, known_ids + new_ids)
             else:
@@ -164,7 +173,7 @@ class StackIndex:
                 known_ids,
                 dict(zip(known_ids, range(len(known_ids)), strict=True)),
             )
-            self._chars += chars
+            self._bytes += added
             return self._state
 
 

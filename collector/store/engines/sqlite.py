@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sqlite3
 from collections.abc import Iterator, Sequence
 
 import sqlalchemy as sa
@@ -84,6 +85,8 @@ class SQLiteEngine(Engine):
 
     def stack_texts(self, conn: sa.Connection, ids: Sequence[int]) -> list[tuple[int, str]]:
         """Reads the (id, folded text) of stacks with one query; ids not stored are left out."""
+        if sqlite3.sqlite_version_info < (3, 38):  # json_each is built in from 3.38
+            return super().stack_texts(conn, ids)
         if not ids:
             return []
         return conn.exec_driver_sql(_STACK_TEXTS, (json.dumps(list(ids)),)).cursor.fetchall()
