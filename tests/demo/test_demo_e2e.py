@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -96,6 +97,11 @@ def test_the_demo_runs_headless_shows_the_regression_and_stops_cleanly(tmp_path)
         assert pools.count("jobs") == 1
         # Forked by a gunicorn master, not started by the orchestrator.
         assert all(w["preforked"] for w in group if w["pool"] != "jobs"), group
+    # The curl commands printed name a sync worker of the version live at the time.
+    printed = [int(p) for p in re.findall(r"curl http://127\.0\.0\.1:(\d+)/stacks", out)]
+    sync_ports = {v: {w["port"] for w in g if w["pool"] == "sync"} for v, g in by_version.items()}
+    assert len(printed) == 2
+    assert printed[0] in sync_ports["1.4.1"] and printed[1] in sync_ports["1.4.2"]
 
     store = Store(state["database_url"])
     try:

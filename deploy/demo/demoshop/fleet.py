@@ -342,7 +342,25 @@ class Demo:
         for child in old.values():
             self.supervisor.stop(child, STOP_TIMEOUT)
         self.deployed_at = time.time()
-        print(f"demo-shop {version} is live; compare the versions in the web UI", flush=True)
+        port = self._live_worker_port(version)
+        print(
+            f"demo-shop {version} is live; compare the versions in the web UI\n"
+            f"  its workers answer on new ports (the old ones are gone), for example:\n"
+            f"  curl http://127.0.0.1:{port}/stacks",
+            flush=True,
+        )
+
+    def _live_worker_port(self, version: str) -> int:
+        """The sampler port of a sync worker of ``version`` that answered the last scan."""
+        assert self.plan is not None
+        self.scan()
+        fresh = time.time() - 5
+        live = [
+            w
+            for w in self.workers.values()
+            if w["pool"] == "sync" and w["version"] == version and w["last_seen"] >= fresh
+        ]
+        return min(w["port"] for w in live) if live else self.plan.samplers[0]
 
     # -- run and stop ------------------------------------------------------------------------
 
@@ -350,8 +368,7 @@ class Demo:
         """The URLs and curl commands printed once everything answers."""
         assert self.plan is not None
         urls = self.urls()
-        worker = next((w for w in self.workers.values() if w["pool"] == "sync"), None)
-        port = worker["port"] if worker else self.plan.samplers[0]
+        port = self._live_worker_port(self.version)
         deploy = self.options.deploy_after
         ui = urls["web_ui"].rstrip("/")
         lines = [
@@ -367,7 +384,7 @@ class Demo:
             f"  samplers      127.0.0.1:{self.plan.sampler_range} (each worker on its own port; "
             f"{self.var / 'fleet.json'} lists them)",
             "",
-            "try:",
+            "try (a worker's port changes when the demo deploys 1.4.2; it prints the new one):",
             f"  curl http://127.0.0.1:{port}/stacks                       # a worker's folded stacks",
             f"  curl -o worker.svg http://127.0.0.1:{port}/flamegraph.svg  # a worker's flamegraph",
             f"  curl '{ui}/api/folded?service={SHOP_SERVICE}&from=-5m'   # the fleet, last 5 minutes",
