@@ -4,7 +4,9 @@
    samples per minute, 24 h written through the store with its rollups): the server time of
    /api/flamegraph for the last hour and the last 24 hours (in-process WSGI call, JSON
    included, profile cache off), split into the store query and the tree pruning.
-2. One window holding 200,000 distinct stacks: time from navigation to a drawn flamegraph in
+2. One window holding 200,000 distinct stacks, in-process: /api/flamegraph and /api/top on a
+   fresh app and for a window not seen yet (no browser competing for the cores).
+3. The same window: time from navigation to a drawn flamegraph in
    headless Chromium (performance mark after the first frame with the graph) on a fresh
    server, on a running server for a window not seen yet, and for the same view again;
    target <= 1 s.
@@ -101,6 +103,52 @@ def fleet_minutes(
 
 
 @contextmanager
+def many_stacks(distinct: int) -> Iterator[tuple[str, int]]:
+    """Yields a SQLite URL and the minute of yesterday holding ``distinct`` distinct stacks."""
+    rng = random.Random(2)
+    stacks = make_stacks(rng, distinct)
+    # A minute of yesterday: a settled window, as when looking back at an incident.
+    bucket = (int(time.time()) - DAY) // 60 * 60
+    with database("sqlite") as url:
+        store = Store(url)
+        store.migrate()
+        chunk = 50_000
+        for i in range(0, len(stacks), chunk):
+            store.write(
+                SampleRow(bucket, "cpu", "api", "web-1", "i-1", {}, s, rng.randint(1, 100))
+                for s in stacks[i : i + chunk]
+            )
+        store.close()
+        yield url, bucket
+
+
+def bench_server(args: argparse.Namespace) -> None:
+    """Part 2: the same window's requests in-process, without a browser on the same cores."""
+    first, new, top_first, top_new = [], [], [], []
+    with many_stacks(args.distinct) as (url, bucket):
+        for _ in range(args.runs):
+            app = create_app({"DATABASE_URL": url, "CACHE_ENTRIES": 0})
+            client = app.test_client()
+            for times, path, window in (
+                (first, "flamegraph", 60),
+                (new, "flamegraph", 61),
+                (top_first, "top", 60),
+                (top_new, "top", 61),
+            ):
+                query = f"/api/{path}?from={bucket}&to={bucket + window}"
+                times.append(timed(lambda q=query, c=client: c.get(q).get_json()))
+            app.extensions["fleetflame_db"].close()
+    print(f"  {args.distinct:,} distinct stacks in the window, in-process (Flask test client):")
+    for name, times in (
+        ("/api/flamegraph, fresh server, first view", first),
+        ("/api/flamegraph, a window not seen yet", new),
+        ("/api/top, first time (frames split)", top_first),
+        ("/api/top, a window not seen yet", top_new),
+    ):
+        print(f"  {name:<44} {statistics.median(times):7.0f} ms")
+
+
+@contextmanager
 def database(engine: str) -> Iterator[str]:
     """Yields the URL of an empty database on ``engine``, removed afterwards."""
     if engine == "sqlite":
@@ -184,7 +232,7 @@ def bench_fleet(engine: str, args: argparse.Namespace) -> None:
 
 
 def bench_browser(args: argparse.Namespace) -> None:
-    """Part 2: navigation to a drawn flamegraph of a window with many distinct stacks."""
+    """Part 3: navigation to a drawn flamegraph of a window with many distinct stacks."""
     from playwright.sync_api import sync_playwright
     from werkzeug.serving import WSGIRequestHandler, make_server
 
@@ -192,10 +240,6 @@ def bench_browser(args: argparse.Namespace) -> None:
         def log_request(self, *args: object, **kwargs: object) -> None:
             pass
 
-    rng = random.Random(2)
-    stacks = make_stacks(rng, args.distinct)
-    # A minute of yesterday: a settled window, as when looking back at an incident.
-    bucket = (int(time.time()) - DAY) // 60 * 60
     cases = {
         "fresh": "fresh server, first view",
         "new": "running server, a window not seen yet",
@@ -205,16 +249,7 @@ def bench_browser(args: argparse.Namespace) -> None:
     server_ms: dict[str, list[float]] = {case: [] for case in cases}
     render_ms: dict[str, list[float]] = {case: [] for case in cases}
     top_ms: dict[str, list[float]] = {case: [] for case in cases}
-    with database("sqlite") as url:
-        store = Store(url)
-        store.migrate()
-        chunk = 50_000
-        for i in range(0, len(stacks), chunk):
-            store.write(
-                SampleRow(bucket, "cpu", "api", "web-1", "i-1", {}, s, rng.randint(1, 100))
-                for s in stacks[i : i + chunk]
-            )
-        store.close()
+    with many_stacks(args.distinct) as (url, bucket):
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(
                 executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS
@@ -316,6 +351,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"== {engine}", flush=True)
             bench_fleet(engine, args)
     if not args.skip_browser:
+        print(f"== server only, medians of {args.runs} runs", flush=True)
+        bench_server(args)
         print(f"== browser (headless Chromium), medians of {args.runs} runs", flush=True)
         bench_browser(args)
 
