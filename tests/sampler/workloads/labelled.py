@@ -32,18 +32,21 @@ def download():
 
 
 def then_linger(work):
-    """Runs ``work``, then keeps the thread alive until two more ticks have read its CPU clock.
+    """Runs ``work``, then keeps the thread alive, blocked, until three more ticks have come.
 
-    A thread's CPU after the last tick before it exits is never seen (its clock is gone), and a
-    loaded host can delay the sampling thread by a long stretch; this test is about labels.
+    A thread's CPU after the last tick before it exits is never seen (its clock is gone), and
+    the thread driver's ticks can be late by 100 ms or more while two threads spin for the GIL;
+    a late tick charges the CPU before it to where it finds the thread, and moves it back only
+    if the thread is then blocked there (see docs/sampler.md). So the thread lingers asleep,
+    waking rarely enough to count as blocked. This test is about labels.
     """
 
     def run():
         work()
         seen = s.ticks
         deadline = time.monotonic() + 10
-        while s.ticks < seen + 2 and time.monotonic() < deadline:
-            time.sleep(0.005)
+        while s.ticks < seen + 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
 
     return run
 
