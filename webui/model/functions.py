@@ -5,8 +5,9 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from operator import itemgetter
 from typing import Any
 
 from sampler.profile import unescape_frame
@@ -14,37 +15,10 @@ from sampler.profile import unescape_frame
 __all__ = [
     "FunctionChange",
     "FunctionSamples",
-    "function_samples",
+    "count_frames",
     "rank_changes",
     "top_functions",
 ]
-
-
-def function_samples(counts: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
-    """Returns each frame's self samples and total samples (escaped frame names).
-
-    A frame counts once per stack in its total, so a recursive function's total never exceeds
-    the profile's. Stacks are grouped by count so that the per-frame counting runs inside
-    Counter (C code) rather than a Python loop: profiles have few distinct counts per stack.
-    """
-    self_counts: dict[str, int] = {}
-    by_count: dict[int, list[str]] = {}
-    for stack, count in counts.items():
-        if count > 0 and stack:
-            by_count.setdefault(count, []).append(stack)
-            leaf = stack.rpartition(";")[2]
-            self_counts[leaf] = self_counts.get(leaf, 0) + count
-    totals: Counter[str] = Counter()
-    for count, stacks in by_count.items():
-        frames = itertools.chain.from_iterable(
-            map(set, map(str.split, stacks, itertools.repeat(";")))
-        )
-        if count == 1:
-            totals.update(frames)
-        else:
-            for frame, n in Counter(frames).items():
-                totals[frame] += n * count
-    return self_counts, dict(totals)
 
 
 @dataclass(frozen=True)
@@ -57,8 +31,41 @@ class FunctionSamples:
 
     @classmethod
     def of(cls, counts: Mapping[str, int]) -> FunctionSamples:
-        """Counts the frames of a profile of folded counts (see function_samples)."""
-        return cls(*function_samples(counts), sum(c for c in counts.values() if c > 0))
+        """Counts the frames of a profile of folded counts."""
+        stacks = [(stack, count) for stack, count in counts.items() if count > 0]
+        frames = [tuple(dict.fromkeys(reversed(stack.split(";")))) for stack, _ in stacks]
+        return count_frames(frames, [count for _, count in stacks])
+
+
+def count_frames(frames: Sequence[tuple[str, ...]], counts: Sequence[int]) -> FunctionSamples:
+    """Counts self and total samples per frame, given each stack's distinct frames (leaf first,
+    so a recursive function counts once per stack in its total) and its positive count. The
+    empty stack, ``("",)``, has no frame: its samples count in the total only.
+
+    Stacks are grouped by count so that frames are counted inside Counter (C code) and weighed
+    once per distinct frame of a group: profiles have few distinct counts.
+    """
+    order = sorted(range(len(counts)), key=counts.__getitem__)
+    in_order = list(map(frames.__getitem__, order))
+    self_counts: Counter[str] = Counter()
+    totals: Counter[str] = Counter()
+    start = 0
+    for count, group in itertools.groupby(map(counts.__getitem__, order)):
+        end = start + len(list(group))
+        stacks = in_order[start:end]
+        start = end
+        for counter, seen in (
+            (self_counts, Counter(map(itemgetter(0), stacks))),
+            (totals, Counter(itertools.chain.from_iterable(stacks))),
+        ):
+            if count == 1:
+                counter.update(seen)
+            else:
+                for frame, n in seen.items():
+                    counter[frame] += n * count
+    self_counts.pop("", None)
+    totals.pop("", None)
+    return FunctionSamples(dict(self_counts), dict(totals), sum(counts))
 
 
 def _samples(counts: Mapping[str, int] | FunctionSamples) -> FunctionSamples:

@@ -9,13 +9,12 @@ it is first read, and a window's stacks are then put in order by sorting small i
 from __future__ import annotations
 
 import threading
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from itertools import chain, compress, groupby
-from operator import itemgetter
+from itertools import compress
 
 from .flametree import SEPARATOR, SortedStacks, folded_of, sort_keys
-from .functions import FunctionSamples
+from .functions import FunctionSamples, count_frames
 
 __all__ = ["StackIndex"]
 
@@ -96,29 +95,8 @@ class StackIndex:
     def function_samples(self, counts: Mapping[int, int]) -> FunctionSamples:
         """Counts each frame's self and total samples in a profile of counts by stack id
         (escaped names; a frame counts once per stack in its total)."""
-        # Stacks grouped by count, so that frames are counted in C (Counter) within a group and
-        # weighed once per distinct frame of the group: profiles have few distinct counts.
-        ids = sorted((sid for sid, count in counts.items() if count > 0), key=counts.__getitem__)
-        frames = self._frames_of(ids)
-        self_counts: Counter[str] = Counter()
-        totals: Counter[str] = Counter()
-        start = 0
-        for count, group in groupby(map(counts.__getitem__, ids)):
-            end = start + len(list(group))
-            stacks = frames[start:end]
-            start = end
-            for counter, seen in (
-                (self_counts, Counter(map(itemgetter(0), stacks))),
-                (totals, Counter(chain.from_iterable(stacks))),
-            ):
-                if count == 1:
-                    counter.update(seen)
-                else:
-                    for frame, n in seen.items():
-                        counter[frame] += n * count
-        self_counts.pop("", None)  # the empty stack has no frame
-        totals.pop("", None)
-        return FunctionSamples(dict(self_counts), dict(totals), sum(map(counts.__getitem__, ids)))
+        ids = [sid for sid, count in counts.items() if count > 0]
+        return count_frames(self._frames_of(ids), list(map(counts.__getitem__, ids)))
 
     def _frames_of(self, ids: list[int]) -> list[tuple[str, ...]]:
         cache = self._frames
