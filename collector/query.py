@@ -220,10 +220,9 @@ class Query:
         known.update(self.store.engine.stack_texts(conn, [s for s in wanted if s not in known]))
         if not cache and len(known) == len(wanted):
             return known
-        names = dict(zip(wanted, map(known.get, wanted), strict=True))
-        for sid in [sid for sid, name in names.items() if name is None]:
-            names[sid] = f"[unknown stack {sid}]"
-        return names  # type: ignore[return-value]  (no None is left)
+        # Entries are never removed from `known` (the cache is replaced whole), so this is safe
+        # while other threads add to it.
+        return {sid: known[sid] if sid in known else f"[unknown stack {sid}]" for sid in wanted}
 
 
 def _values_by_key(

@@ -150,24 +150,26 @@ class Database:
     @property
     def query(self) -> Query:
         """The query object, opening the store on first use."""
-        with self._lock:
-            if self._query is None:
-                store = Store(readonly_url(self.url), bucket_seconds=self.bucket_seconds)
-                if store.dialect == "postgresql":
-                    _read_only_sessions(store.engine.sa_engine)
-                self._store, self._query = store, query = store, Query(store)
-                self._index = StackIndex(
-                    lambda ids: query.stack_names(ids, cache=False),
-                    max_bytes=self.stack_index_mb * 1_000_000,
-                )
-            return self._query
+        return self._open()[0]
 
     @property
     def index(self) -> StackIndex:
         """The sort order of the stacks read so far, opening the store on first use."""
-        self.query  # noqa: B018 - opens the store and the index
-        assert self._index is not None
-        return self._index
+        return self._open()[1]
+
+    def _open(self) -> tuple[Query, StackIndex]:
+        with self._lock:
+            if self._query is None or self._index is None:
+                store = Store(readonly_url(self.url), bucket_seconds=self.bucket_seconds)
+                if store.dialect == "postgresql":
+                    _read_only_sessions(store.engine.sa_engine)
+                query = Query(store)
+                self._store, self._query = store, query
+                self._index = StackIndex(
+                    lambda ids: query.stack_names(ids, cache=False),
+                    max_bytes=self.stack_index_mb * 1_000_000,
+                )
+            return self._query, self._index
 
     def settled(self, *selections: Selection) -> bool:
         """Tells whether the windows ended long enough ago to get no more samples."""
@@ -195,9 +197,9 @@ class Database:
         """Returns each frame's self and total samples in a selection."""
         return self.index.function_samples(self.profile_ids(selection))
 
-    def sorted_stacks(self, *selections: Selection) -> SortedStacks:
-        """Returns the stacks of these selections in sort order, with their counts."""
-        return self.index.arrange([self.profile_ids(selection) for selection in selections])
+    def sorted_stacks(self, selection: Selection) -> SortedStacks:
+        """Returns the stacks of a selection in sort order, with their counts."""
+        return self.index.arrange([self.profile_ids(selection)])
 
     def cached(self, key: Hashable, settled: bool, compute: Callable[[], Any]) -> Any:
         """Returns ``compute()``, kept in the LRU when ``settled`` (the data cannot change)."""
