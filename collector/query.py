@@ -102,21 +102,10 @@ class Query:
         with translate_errors("reading a profile"), self.store.engine.read_transaction() as conn:
             segments = plan(start, end, self.store.tier_states(conn))
             series = self._series_ids(filters)
-            s = schema.samples
             for seg in segments:
-                stmt = (
-                    sa.select(s.c.stack_id, sa.cast(sa.func.sum(s.c.count), sa.BigInteger))
-                    .where(*self._segment_where(seg), s.c.series_id.in_(series))
-                    .group_by(s.c.stack_id)
-                )
-                # The driver's rows as they come: SQLAlchemy's row objects would triple the
-                # cost of reading a window of many distinct stacks (both columns are integers).
-                rows = conn.execute(stmt).cursor.fetchall()
-                if not totals:
-                    totals = dict(rows)
-                else:
-                    for stack_id, count in rows:
-                        totals[stack_id] = totals.get(stack_id, 0) + count
+                where = [*self._segment_where(seg), schema.samples.c.series_id.in_(series)]
+                ids, counts = self.store.engine.stack_counts(conn, where)
+                _add_counts(totals, ids, counts)
         if totals and min(totals.values()) <= 0:
             totals = {sid: count for sid, count in totals.items() if count > 0}
         return totals
@@ -254,3 +243,13 @@ def _values_by_key(
             if passes(columns, labels, key):
                 result.setdefault(key, set()).add(value)
     return {key: sorted(values) for key, values in result.items()}
+
+
+def _add_counts(totals: dict[int, int], ids: list[int], counts: list[int]) -> None:
+    """Adds counts to ``totals`` by stack id."""
+    if not totals:
+        totals.update(zip(ids, counts, strict=True))
+        return
+    get = totals.get
+    for stack_id, count in zip(ids, counts, strict=True):
+        totals[stack_id] = get(stack_id, 0) + count

@@ -74,6 +74,24 @@ def test_stack_texts_in_one_query_agree_with_the_chunked_fallback(fleet: Query) 
         assert engine.stack_texts(conn, []) == []
 
 
+def test_stack_counts_in_one_row_agree_with_the_driver_rows(fleet: Query) -> None:
+    from collector.store import schema
+    from collector.store.engines.base import Engine
+
+    engine = fleet.store.engine
+    samples = schema.samples.c
+    for where in ([samples.width == 60], [samples.width == 60, samples.bucket < T0]):
+        with engine.read_transaction() as conn:
+            ids, counts = engine.stack_counts(conn, where)
+            rows = Engine.stack_counts(engine, conn, where)
+        assert dict(zip(ids, counts, strict=True)) == dict(zip(*rows, strict=True))
+        assert len(set(ids)) == len(ids)
+        assert all(type(x) is int for x in ids + counts)
+    assert ids == []  # nothing before T0
+    # Stacks of several series, and of several tiers' segments, add up.
+    assert sum(fleet.profile_ids(T0, T0 + 180).values()) == 45
+
+
 def test_timeline_per_bucket_and_per_step(fleet: Query) -> None:
     assert fleet.timeline(T0, T0 + 180) == [(T0, 15), (T0 + 60, 15), (T0 + 120, 15)]
     assert fleet.timeline(T0, T0 + 180, Filters(services=("batch",))) == [

@@ -120,6 +120,22 @@ class Engine:
 
     # Reads ----------------------------------------------------------------------------------
 
+    def stack_counts(
+        self, conn: sa.Connection, where: Sequence[sa.ColumnElement[bool]]
+    ) -> tuple[list[int], list[int]]:
+        """Reads the stack ids and summed counts of the sample rows matching ``where``, as two
+        aligned lists."""
+        s = schema.samples
+        stmt = (
+            sa.select(s.c.stack_id, sa.cast(sa.func.sum(s.c.count), sa.BigInteger))
+            .where(*where)
+            .group_by(s.c.stack_id)
+        )
+        # The driver's rows as they come: SQLAlchemy's row objects would triple the cost of
+        # reading a window of many distinct stacks (both columns are integers).
+        rows = conn.execute(stmt).cursor.fetchall()
+        return [row[0] for row in rows], [row[1] for row in rows]
+
     def stack_texts(self, conn: sa.Connection, ids: Sequence[int]) -> list[tuple[int, str]]:
         """Reads the (id, folded text) of stacks; ids not stored are left out."""
         st = schema.stacks

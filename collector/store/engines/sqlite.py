@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 import sqlalchemy as sa
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from collector.store import schema
 from collector.store.engines.base import Engine, EngineOptions
 
 __all__ = ["SQLiteEngine"]
@@ -90,6 +91,27 @@ class SQLiteEngine(Engine):
         if not ids:
             return []
         return conn.exec_driver_sql(_STACK_TEXTS, (json.dumps(list(ids)),)).cursor.fetchall()
+
+    def stack_counts(
+        self, conn: sa.Connection, where: Sequence[sa.ColumnElement[bool]]
+    ) -> tuple[list[int], list[int]]:
+        """Reads the stacks' sums as one row of two JSON arrays (see the base class): the
+        driver makes three objects per row, which for a window of 200,000 distinct stacks
+        cost more than the query itself."""
+        if sqlite3.sqlite_version_info < (3, 38):  # JSON functions are built in from 3.38
+            return super().stack_counts(conn, where)
+        s = schema.samples
+        sums = (
+            sa.select(s.c.stack_id, sa.func.sum(s.c.count).label("count"))
+            .where(*where)
+            .group_by(s.c.stack_id)
+            .subquery()
+        )
+        stmt = sa.select(
+            sa.func.json_group_array(sums.c.stack_id), sa.func.json_group_array(sums.c.count)
+        )
+        ids, counts = conn.execute(stmt).cursor.fetchone()
+        return json.loads(ids), json.loads(counts)
 
     def upsert_cursor_entries(
         self, conn: sa.Connection, rows: Sequence[tuple[str, int, int, int]]
