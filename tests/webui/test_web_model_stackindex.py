@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import random
 import threading
+from itertools import compress
 
 from test_web_model_tree import as_plain, random_profile
 
 from webui.model import (
     FunctionSamples,
+    SortedStacks,
     StackIndex,
     diff_tree,
     diff_tree_sorted,
@@ -45,6 +47,12 @@ def by_text(names: dict[int, str], counts: dict[int, int]) -> dict[str, int]:
     return {names[sid]: count for sid, count in counts.items()}
 
 
+def with_samples(stacks: SortedStacks) -> tuple[list[str], list[list[int]]]:
+    """The keys and counts of the stacks with samples (an index's order holds them all)."""
+    keep = list(map(any, zip(*stacks.values, strict=True)))
+    return list(compress(stacks.keys, keep)), [list(compress(v, keep)) for v in stacks.values]
+
+
 def test_windows_come_out_as_sorting_their_text_would():
     rng = random.Random(5)
     names = catalogue(rng, 400)
@@ -55,7 +63,9 @@ def test_windows_come_out_as_sorting_their_text_would():
     for size in (10, 50, 200, len(names) - 3, 30):
         counts = window(rng, names, size)
         seen |= set(counts)
-        assert index.arrange([counts]) == sort_stacks([by_text(names, counts)])
+        assert with_samples(index.arrange([counts])) == with_samples(
+            sort_stacks([by_text(names, counts)])
+        )
     assert len(index) == len(seen)
     assert sorted(reader.asked) == sorted(set(reader.asked))  # each name read once
 
@@ -66,7 +76,9 @@ def test_two_profiles_are_aligned_with_zeros_where_one_lacks_a_stack():
     index = StackIndex(Names(names))
     a, b = window(rng, names, 120), window(rng, names, 90)
     arranged = index.arrange([a, b])
-    assert arranged == sort_stacks([by_text(names, a), by_text(names, b)])
+    assert with_samples(arranged) == with_samples(
+        sort_stacks([by_text(names, a), by_text(names, b)])
+    )
     folded_a, folded_b = by_text(names, a), by_text(names, b)
     assert as_plain(diff_tree_sorted(arranged).root) == as_plain(diff_tree(folded_a, folded_b).root)
 
@@ -75,11 +87,38 @@ def test_trees_from_the_index_equal_trees_from_folded_text():
     rng = random.Random(7)
     names = catalogue(rng, 300)
     index = StackIndex(Names(names))
+    index.arrange([dict.fromkeys(names, 1)])  # knows every stack: windows leave gaps in it
+    for size in (len(names), 250, 100):
+        counts = window(rng, names, size)
+        for max_nodes in (2, 3, 40, 5000):
+            for min_share in (0.0, 0.01):
+                arranged = index.arrange([counts])
+                sorted_tree = flame_tree_sorted(arranged, max_nodes=max_nodes, min_share=min_share)
+                text_tree = flame_tree(
+                    by_text(names, counts), max_nodes=max_nodes, min_share=min_share
+                )
+                assert sorted_tree.to_dict() == text_tree.to_dict()
+        other = window(rng, names, size // 2)
+        for max_nodes in (2, 40, 5000):
+            sorted_diff = diff_tree_sorted(index.arrange([counts, other]), max_nodes=max_nodes)
+            text_diff = diff_tree(
+                by_text(names, counts), by_text(names, other), max_nodes=max_nodes
+            )
+            assert sorted_diff.to_dict() == text_diff.to_dict()
+
+
+def test_node_boundaries_are_remembered_for_the_index_keys():
+    rng = random.Random(13)
+    names = catalogue(rng, 300)
+    index = StackIndex(Names(names))
     counts = window(rng, names, 250)
-    for max_nodes in (2, 40, 5000):
-        sorted_tree = flame_tree_sorted(index.arrange([counts]), max_nodes=max_nodes)
-        text_tree = flame_tree(by_text(names, counts), max_nodes=max_nodes)
-        assert sorted_tree.to_dict() == text_tree.to_dict()
+    arranged = index.arrange([counts])
+    assert arranged.bounds is not None and arranged.keys is index.arrange([counts]).keys
+    first = flame_tree_sorted(arranged, max_nodes=200).to_dict()
+    remembered = len(arranged.bounds._ends)
+    assert remembered > 0
+    assert flame_tree_sorted(index.arrange([counts]), max_nodes=200).to_dict() == first
+    assert len(arranged.bounds._ends) == remembered  # found nothing new the second time
 
 
 def test_folded_gives_back_the_text():
@@ -107,10 +146,14 @@ def test_past_its_budget_the_index_starts_over_with_the_window():
     index.arrange([first])
     for _ in range(5):
         counts = window(rng, names, 40)
-        assert index.arrange([counts]) == sort_stacks([by_text(names, counts)])
+        assert with_samples(index.arrange([counts])) == with_samples(
+            sort_stacks([by_text(names, counts)])
+        )
         assert index._bytes <= 2_000 or len(index) <= len(counts)
     # Everything it holds is right: the window it was filled by comes out right again.
-    assert index.arrange([counts]) == sort_stacks([by_text(names, counts)])
+    assert with_samples(index.arrange([counts])) == with_samples(
+        sort_stacks([by_text(names, counts)])
+    )
 
 
 def test_concurrent_readers_all_get_their_own_window_in_order():
@@ -118,11 +161,11 @@ def test_concurrent_readers_all_get_their_own_window_in_order():
     names = catalogue(rng, 500)
     index = StackIndex(Names(names))
     windows = [window(rng, names, rng.randint(20, 300)) for _ in range(16)]
-    expected = [sort_stacks([by_text(names, w)]) for w in windows]
+    expected = [with_samples(sort_stacks([by_text(names, w)])) for w in windows]
     results: dict[int, object] = {}
 
     def run(i: int) -> None:
-        results[i] = index.arrange([windows[i]])
+        results[i] = with_samples(index.arrange([windows[i]]))
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(windows))]
     for thread in threads:

@@ -7,7 +7,8 @@ import random
 import pytest
 
 from sampler.profile import build_tree
-from webui.model import PRUNED, diff_tree, flame_tree
+from webui.model import PRUNED, SortedStacks, diff_tree, flame_tree, flame_tree_sorted
+from webui.model.flametree import Bounds, folded_of, sort_key, sort_keys
 
 
 def as_plain(node):
@@ -112,6 +113,35 @@ def test_empty_stack_zero_and_negative_counts():
     assert flame_tree({}).root == {"name": "all", "value": 0, "children": []}
     tree = flame_tree({"": 5, "a": 0, "b": -3, "c": 2})
     assert as_plain(tree.root) == ("all", 7, [("c", 2, [])])
+
+
+@pytest.mark.parametrize("max_nodes", [2, 3, 9, 60, 10**6])
+def test_stacks_without_samples_change_nothing(max_nodes):
+    # A stack index arranges windows over every stack it knows: most have no samples.
+    rng = random.Random(max_nodes)
+    every = random_profile(rng, 1500, frames=30, depth=10)
+    counts = {s: c for s, c in every.items() if rng.random() < 0.2}
+    with_zeros = {s: counts.get(s, 0) for s in every}
+    expected = flame_tree(counts, max_nodes=max_nodes).to_dict()
+    assert flame_tree(with_zeros, max_nodes=max_nodes).to_dict() == expected
+    other = {s: c for s, c in every.items() if rng.random() < 0.1}
+    expected_diff = diff_tree(counts, other, max_nodes=max_nodes).to_dict()
+    other_with_zeros = {s: other.get(s, 0) for s in every}
+    assert diff_tree(with_zeros, other_with_zeros, max_nodes=max_nodes).to_dict() == expected_diff
+
+
+def test_remembered_node_bounds_serve_every_profile_over_the_same_keys():
+    rng = random.Random(3)
+    every = random_profile(rng, 1500, frames=30, depth=10)
+    keys = sort_keys(sorted(every, key=sort_key))
+    for limit in (10, 10**6):
+        bounds = Bounds(keys, limit)
+        for _ in range(4):
+            counts = {s: rng.randint(0, 3) * c for s, c in every.items()}
+            values = [counts[folded_of(key)] for key in keys]
+            tree = flame_tree_sorted(SortedStacks(keys, [values], bounds), max_nodes=300)
+            assert tree.to_dict() == flame_tree(counts, max_nodes=300).to_dict()
+            assert len(bounds._ends) + len(bounds._starts) <= limit
 
 
 def test_control_separator_inside_a_frame_is_drawable():

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from bisect import bisect_left
-from collections.abc import Callable, Mapping, Sequence
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ from sampler.profile import unescape_frame
 
 __all__ = [
     "PRUNED",
+    "Bounds",
     "DiffTree",
     "FlameTree",
     "SortedStacks",
@@ -87,16 +89,63 @@ class DiffTree:
         }
 
 
+class Bounds:
+    """Where call-tree nodes begin and end in one list of sorted keys, found by bisection and
+    remembered: they do not depend on the counts, so trees built over the same keys (a
+    StackIndex's, for every window it arranges) find each one once. Thread-safe; at most
+    ``limit`` remembered, then it starts over."""
+
+    def __init__(self, keys: list[str], limit: int = 500_000) -> None:
+        self.keys = keys
+        self.limit = limit
+        self._ends: dict[tuple[int, int], tuple[int, int]] = {}
+        self._starts: dict[tuple[int, int], int] = {}
+
+    def node_at(self, i: int, start: int, hi: int) -> tuple[int, int]:
+        """Returns where the name of the node that key ``i`` starts ends in the key (its
+        frames begin at ``start``), and the key after the node's last; ``hi`` bounds it."""
+        found = self._ends.get((i, start))
+        if found is None:
+            key = self.keys[i]
+            stop = key.find(_SEP, start)
+            if stop < 0:
+                stop = len(key)
+            found = (stop, bisect_left(self.keys, key[:stop] + _END, i + 1, hi))
+            self._make_room()
+            self._ends[(i, start)] = found
+        return found
+
+    def node_start(self, j: int, start: int, lo: int) -> int:
+        """Returns the first key of the node holding key ``j`` whose name begins at ``start``
+        (at or after ``lo``, a node boundary)."""
+        found = self._starts.get((j, start))
+        if found is None:
+            key = self.keys[j]
+            stop = key.find(_SEP, start)
+            found = bisect_left(self.keys, key[:stop] if stop >= 0 else key, lo, j + 1)
+            self._make_room()
+            self._starts[(j, start)] = found
+        return found
+
+    def _make_room(self) -> None:
+        if len(self._ends) + len(self._starts) >= self.limit:
+            # Replaced, not cleared: other threads may be reading them.
+            self._ends, self._starts = {}, {}
+
+
 @dataclass
 class SortedStacks:
     """Stacks as sort keys (see sort_key), in order, with each profile's counts aligned.
 
     Sorted so, every call-tree node is one contiguous range of keys. Built from folded counts
-    by sort_stacks(), or by a webui StackIndex that keeps the order between requests.
+    by sort_stacks(), or by a webui StackIndex that keeps the order between requests; keys
+    may include stacks without samples (an index's order holds every stack it knows), and
+    ``bounds`` the node boundaries remembered for these keys, if any.
     """
 
     keys: list[str]
     values: list[list[int]]
+    bounds: Bounds | None = None
 
 
 def sort_key(stack: str) -> str:
@@ -149,24 +198,16 @@ class _Ranges:
 
     def __init__(self, stacks: SortedStacks, scale: Sequence[float]) -> None:
         keys, values = stacks.keys, list(stacks.values)  # the caller's lists stay as they are
-        # The empty stack has no frames: its samples belong to the root itself.
-        self.root_self = [0] * len(values)
-        if keys and keys[0] == "":
-            self.root_self = [max(v[0], 0) for v in values]
-            keys, values = keys[1:], [v[1:] for v in values]
+        self.keys = keys
+        self.bounds = stacks.bounds or Bounds(keys)
         for i, v in enumerate(values):
             if v and min(v) < 0:
                 values[i] = [max(x, 0) for x in v]
-        weights = values[0] if len(values) == 1 else list(map(sum, zip(*values, strict=True)))
-        if 0 in weights:  # stacks without samples would only make empty nodes
-            keep = [i for i, w in enumerate(weights) if w]
-            keys = [keys[i] for i in keep]
-            values = [[v[i] for i in keep] for v in values]
-        self.keys = keys
-        self.cumulative = [[0, *itertools.accumulate(v)] for v in values]
-        self.totals = [
-            cum[-1] + own for cum, own in zip(self.cumulative, self.root_self, strict=True)
-        ]
+        # The empty stack has no frames: its samples belong to the root itself.
+        self.first = 1 if keys and keys[0] == "" else 0
+        self.root_self = [v[0] if self.first else 0 for v in values]
+        self.cumulative = [_running_sums("q", v) for v in values]
+        self.totals = [cum[-1] for cum in self.cumulative]
         if len(values) == 1:
             self.weight: Sequence[float] = self.cumulative[0]
         else:
@@ -174,11 +215,19 @@ class _Ranges:
                 sum,
                 zip(*([x * f for x in v] for v, f in zip(values, scale, strict=True)), strict=True),
             )
-            self.weight = [0.0, *itertools.accumulate(per_key)]
+            self.weight = _running_sums("d", per_key)
 
     def sums(self, lo: int, hi: int) -> list[int]:
         """Returns each profile's samples in the keys ``[lo, hi)``."""
         return [cum[hi] - cum[lo] for cum in self.cumulative]
+
+
+def _running_sums(typecode: str, values: Iterable[float]) -> array[Any]:
+    """Returns 0 and the running sums of ``values``, as an array: bisecting a list of numbers
+    goes from object to object over memory, three times slower."""
+    sums = array(typecode, [0])
+    sums.extend(itertools.accumulate(values))
+    return sums
 
 
 def _sanitize(stack: str) -> str:
@@ -199,7 +248,7 @@ def _best_first(
     """
     if max_nodes < 2:
         raise ValueError("max_nodes must be at least 2 (the root and one [pruned] node)")
-    keys, weight = stacks.keys, stacks.weight
+    keys, weight, bounds = stacks.keys, stacks.weight, stacks.bounds
     order = itertools.count()
     heap: list[tuple[float, int, int, str, int, int, int]] = []
     # Per kept node (by index): the node, its samples, what its kept callees hold, and how
@@ -226,29 +275,28 @@ def _best_first(
         skipped = False
         while i < hi:
             bound = best[0] if len(best) >= enough else 0
+            rest = weight[hi] - weight[i]
+            if rest <= 0 or rest < bound:
+                skipped = skipped or rest > 0
+                break
+            # Key j is the first whose weight brings the run from key i to the bound (or,
+            # without a bound, the first with samples): the callees that end before the one
+            # holding key j are too light to keep, or empty.
             if bound:
-                if weight[hi] - weight[i] < bound:
-                    skipped = True
-                    break
-                # Key j is where the weight from i reaches the bound: a callee that ends
-                # before the one holding key j is lighter than the bound.
                 j = bisect_left(weight, weight[i] + bound, i + 1, hi + 1) - 1
-                if j > i:
-                    stop = keys[j].find(_SEP, start)
-                    first = bisect_left(keys, keys[j][:stop] if stop >= 0 else keys[j], i, j + 1)
-                    if first > i:
-                        skipped = True
-                        i = first
-            key = keys[i]
-            stop = key.find(_SEP, start)
-            if stop < 0:
-                stop = len(key)
-            end = bisect_left(keys, key[:stop] + _END, i + 1, hi)
+            else:
+                j = bisect_right(weight, weight[i], i + 1, hi + 1) - 1
+            if j > i:
+                first = bounds.node_start(j, start, i)
+                if first > i:
+                    skipped = skipped or weight[first] > weight[i]
+                    i = first
+            stop, end = bounds.node_at(i, start, hi)
             w = weight[end] - weight[i]
             if w < bound:
                 skipped = True
             else:
-                heapq.heappush(heap, (-w, next(order), index, key[start:stop], i, end, stop))
+                heapq.heappush(heap, (-w, next(order), index, keys[i][start:stop], i, end, stop))
                 count += 1
                 if len(best) < enough:
                     heapq.heappush(best, w)
@@ -259,14 +307,15 @@ def _best_first(
         unkept[index] = count + skipped
 
     placeholders = 0
-    if keys:
-        push_children(0, 0, len(keys), -1)  # the root's callees start at offset 0
+    if len(keys) > stacks.first:
+        push_children(0, stacks.first, len(keys), -1)  # the root's callees start at offset 0
         placeholders = 1 if unkept[0] else 0
     while heap:
         neg_weight, _, parent, name, lo, hi, prefix_len = heap[0]
         if -neg_weight <= min_weight:
             break
-        has_children = hi - lo > (1 if len(keys[lo]) == prefix_len else 0)
+        own = 1 if len(keys[lo]) == prefix_len else 0
+        has_children = weight[hi] - weight[lo + own] > 0
         after = len(nodes) + 1 + placeholders - (unkept[parent] == 1) + has_children
         if after > max_nodes:
             break
@@ -287,7 +336,8 @@ def _best_first(
             placeholders -= 1
         if has_children:
             push_children(index, lo, hi, prefix_len)
-            placeholders += 1
+            if unkept[index]:
+                placeholders += 1
     pruned = [
         (nodes[i], [total - held for total, held in zip(sums[i], in_callees[i], strict=True)])
         for i in range(len(nodes))

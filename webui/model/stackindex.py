@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from itertools import compress
 
-from .flametree import SEPARATOR, SortedStacks, folded_of, sort_keys
+from .flametree import SEPARATOR, Bounds, SortedStacks, folded_of, sort_keys
 from .functions import FunctionSamples, count_frames
 
 __all__ = ["StackIndex"]
@@ -29,6 +29,9 @@ _STACK_OVERHEAD = 200
 _FRAMES_OVERHEAD = 150
 
 
+_State = tuple[list[str], list[int], dict[int, int], Bounds]
+
+
 class StackIndex:
     """Sort keys of known stacks in order, with each stack id's rank; thread-safe.
 
@@ -41,9 +44,9 @@ class StackIndex:
         self.read_names = read_names
         self.max_bytes = max_bytes
         self._lock = threading.RLock()
-        # (keys in order, their stack ids, stack id -> position): replaced whole, never
-        # changed in place, so readers take no lock.
-        self._state: tuple[list[str], list[int], dict[int, int]] = ([], [], {})
+        # (keys in order, their stack ids, stack id -> position, the node boundaries found in
+        # the keys): replaced whole, never changed in place, so readers take no lock.
+        self._state: _State = ([], [], {}, Bounds([]))
         self._bytes = 0
         # Stack id -> its distinct frames, leaf first (one string object per frame name),
         # made the first time a function table needs them. Replaced, never cleared in place.
@@ -55,7 +58,8 @@ class StackIndex:
         return len(self._state[0])
 
     def arrange(self, profiles: Sequence[Mapping[int, int]]) -> SortedStacks:
-        """Returns the stacks of these profiles (counts by stack id) in sort order."""
+        """Returns the stacks of these profiles (counts by stack id) in sort order; stacks
+        the index knows may come with no samples."""
         # Few passes over the window, each one a builtin: this runs over every distinct stack.
         if len(profiles) == 1:
             ids = list(profiles[0])
@@ -64,23 +68,22 @@ class StackIndex:
             ids = list(set().union(*profiles))
             zeros = [0] * len(ids)
             values = [list(map(p.get, ids, zeros)) for p in profiles]
-        keys, _, rank = self._state
-        ranks = list(map(rank.get, ids))
-        if None in ranks:
-            keys, _, rank = self._learn(ids)
+        keys, _, rank, bounds = self._state
+        try:
+            ranks = list(map(rank.__getitem__, ids))
+        except KeyError:
+            keys, _, rank, bounds = self._learn(ids)
             ranks = list(map(rank.__getitem__, ids))
         if len(keys) <= _SPREAD * len(ids):
             # Most known stacks are in the window: spread its counts over all of them in order
-            # and keep the ones it has, rather than sort the window.
+            # (those it lacks stay at zero) rather than sort the window; the tree is then built
+            # over the index's own keys, whose node boundaries it remembers.
             spread = []
             for v in values:
                 dense = [0] * len(keys)
                 deque(map(dense.__setitem__, ranks, v), maxlen=0)
                 spread.append(dense)
-            present = spread[0] if len(spread) == 1 else list(map(any, zip(*spread, strict=True)))
-            return SortedStacks(
-                list(compress(keys, present)), [list(compress(d, present)) for d in spread]
-            )
+            return SortedStacks(keys, spread, bounds)
         order = sorted(range(len(ids)), key=ranks.__getitem__)
         return SortedStacks(
             list(map(keys.__getitem__, map(ranks.__getitem__, order))),
@@ -90,7 +93,10 @@ class StackIndex:
     def folded(self, counts: Mapping[int, int]) -> dict[str, int]:
         """Returns a profile of counts by stack id as folded counts."""
         stacks = self.arrange([counts])
-        return dict(zip(map(folded_of, stacks.keys), stacks.values[0], strict=True))
+        values = stacks.values[0]
+        return dict(
+            zip(map(folded_of, compress(stacks.keys, values)), filter(None, values), strict=True)
+        )
 
     def function_samples(self, counts: Mapping[int, int]) -> FunctionSamples:
         """Counts each frame's self and total samples in a profile of counts by stack id
@@ -104,9 +110,9 @@ class StackIndex:
         if None not in found:
             return found  # type: ignore[return-value]
         with self._lock:
-            keys, _, rank = self._state
+            keys, _, rank, _ = self._state
             if not all(map(rank.__contains__, ids)):
-                keys, _, rank = self._learn(ids)  # the lock is reentrant
+                keys, _, rank, _ = self._learn(ids)  # the lock is reentrant
             if self._bytes + self._frame_bytes > self.max_bytes:
                 self._drop_frames()
             cache, names = self._frames, self._frame_names
@@ -130,9 +136,9 @@ class StackIndex:
                 names[sid] = f"[unknown stack {sid}]"
         return _in_order(sort_keys(list(map(names.__getitem__, ids))), ids)
 
-    def _learn(self, ids: list[int]) -> tuple[list[str], list[int], dict[int, int]]:
+    def _learn(self, ids: list[int]) -> _State:
         with self._lock:
-            keys, known_ids, rank = self._state
+            keys, known_ids, rank, _ = self._state
             new_keys, new_ids = self._read([sid for sid in ids if sid not in rank])
             added = sum(map(len, new_keys)) + _STACK_OVERHEAD * len(new_keys)
             if self._bytes + self._frame_bytes + added > self.max_bytes:
@@ -146,10 +152,14 @@ class StackIndex:
                 keys, known_ids = _in_order(keys + new_keys, known_ids + new_ids)
             else:
                 keys, known_ids = new_keys, new_ids
+            # The ranks by id in id order: the store hands out ids in that order, so looking
+            # up a window walks the dict's memory in one direction (a third faster).
+            by_id = sorted(range(len(known_ids)), key=known_ids.__getitem__)
             self._state = (
                 keys,
                 known_ids,
-                dict(zip(known_ids, range(len(known_ids)), strict=True)),
+                dict(zip(map(known_ids.__getitem__, by_id), by_id, strict=True)),
+                Bounds(keys, 2 * len(keys)),
             )
             self._bytes += added
             return self._state
