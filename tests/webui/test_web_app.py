@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+import webui
 from webui.db import readonly_url
 from webui.settings import SETTINGS, SettingsError, load_settings, markdown_table
 
@@ -103,6 +105,28 @@ def test_pages_are_served_with_a_strict_policy(client):
         csp = page.headers["Content-Security-Policy"]
         assert "script-src 'self'" in csp and "unsafe-inline" not in csp.split("style-src")[0]
     assert client.get("/healthz").get_json() == {"status": "ok"}
+
+
+def test_pages_preload_every_module_they_import(client):
+    # The flamegraph page's request starts in prefetch.js, which imports state.js, which
+    # imports util.js: without preload links, three round trips before it could start.
+    js = Path(webui.__file__).parent / "static" / "js"
+    ours = {path.name for path in js.glob("*.js")}
+    for path, entries in (("/", {"prefetch.js", "flamegraph.js"}), ("/compare", {"compare.js"})):
+        html = client.get(path).get_data(as_text=True)
+        preloaded = set(re.findall(r'rel="modulepreload" href="/static/js/([\w-]+\.js)"', html))
+        imported = {
+            name
+            for entry in entries
+            for name in ours
+            if f"from './{name}'" in (js / entry).read_text()
+        }
+        assert {"state.js", "util.js"} <= preloaded
+        assert imported <= preloaded and not preloaded & entries
+        assert preloaded <= ours
+        for name in preloaded:
+            with client.get(f"/static/js/{name}") as response:
+                assert response.status_code == 200, name
 
 
 def test_static_assets_are_served(client):

@@ -68,9 +68,9 @@ async function load () {
   showStatus('')
   body.dataset.state = 'loading'
   try {
-    const [graph, timeline] = await Promise.all([
-      api('flamegraph', graphQuery(p)), api('timeline', query)
-    ])
+    const timelineRequest = api('timeline', query)
+    timelineRequest.catch(() => {}) // awaited below, unless the graph fails first
+    const graph = await api('flamegraph', graphQuery(p))
     if (ticket !== loading) return // a newer load started meanwhile
     total = graph.total
     const pruned = graph.pruned_nodes
@@ -78,14 +78,17 @@ async function load () {
       : ''
     $('summary').textContent = `${count(graph.total)} samples, ${graph.nodes} frames, ` +
       `${graph.resolution} s buckets${pruned}`
-    drawTimeline($('timeline'), timeline, (from, to) => {
-      update(q => { q.set('from', String(from)); q.set('to', String(to)); q.delete('focus') })
-      load()
-    })
     lastTree = graph.tree
     render()
     // Where benchmarks read the time from navigation to a drawn flamegraph.
     window.requestAnimationFrame(() => performance.mark('flamegraph-drawn'))
+    // The graph is what people wait for: the timeline is drawn when both have come.
+    const timeline = await timelineRequest
+    if (ticket !== loading) return
+    drawTimeline($('timeline'), timeline, (from, to) => {
+      update(q => { q.set('from', String(from)); q.set('to', String(to)); q.delete('focus') })
+      load()
+    })
     // The table comes second: the graph is what people wait for.
     const top = await api('top', query)
     if (ticket !== loading) return
