@@ -5,8 +5,10 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
+from urllib.parse import urlencode
 
-from flask import Blueprint, Response, current_app, jsonify, render_template
+from flask import Blueprint, Response, current_app, jsonify, render_template, request
+from werkzeug.datastructures import MultiDict
 
 from collector.store import StoreError
 from webui import db
@@ -17,35 +19,49 @@ bp = Blueprint("pages", __name__)
 
 # Our modules import each other as `import { ... } from './name.js'`.
 _IMPORT = re.compile(r"^import\b[^;\n]*?\bfrom\s+'\./([\w-]+\.js)'", re.MULTILINE)
-# The modules each page runs: its own, and for the flamegraph the one starting its requests.
-_ENTRIES = {"flamegraph": ("prefetch.js", "flamegraph.js"), "compare": ("compare.js",)}
+# The parameters of the page's URL the flamegraph's request passes on (graphQuery, state.js).
+_GRAPH_PARAMS = ("from", "to", "mode", "service", "host", "instance", "label", "max_nodes")
 
 
 @functools.cache
-def modules_of(js_folder: Path, entries: tuple[str, ...]) -> tuple[str, ...]:
-    """Returns the modules ``entries`` import, directly or not: the page lists them all as
+def modules_of(js_folder: Path, entry: str) -> tuple[str, ...]:
+    """Returns the modules ``entry`` imports, directly or not: the page lists them all as
     modulepreload links, so the browser fetches them at once rather than one import level
-    after another (three round trips before the flamegraph's request could start)."""
+    after another."""
     found: dict[str, None] = {}
-    pending = list(entries)
+    pending = [entry]
     while pending:
         name = pending.pop()
         for imported in _IMPORT.findall((js_folder / name).read_text(encoding="utf-8")):
-            if imported not in found and imported not in entries:
+            if imported not in found and imported != entry:
                 found[imported] = None
                 pending.append(imported)
     return tuple(sorted(found))
 
 
-def _render(view: str) -> str:
+def graph_query(args: MultiDict[str, str], default_window: str) -> str:
+    """Returns the query of the flamegraph request a page with these arguments makes first.
+
+    The page names it in a preload link, so the browser starts it as soon as it reads the
+    page's head, while the scripts that draw the answer load (and asks for the same URL then).
+    """
+    pairs = [(key, value) for key in _GRAPH_PARAMS for value in args.getlist(key) if value]
+    if not args.get("from"):
+        pairs.insert(0, ("from", default_window))
+    return urlencode(pairs)
+
+
+def _render(view: str, **context: str) -> str:
     js_folder = Path(current_app.static_folder or "", "js")
-    return render_template(f"{view}.html", view=view, preload=modules_of(js_folder, _ENTRIES[view]))
+    preload = modules_of(js_folder, f"{view}.js")
+    return render_template(f"{view}.html", view=view, preload=preload, **context)
 
 
 @bp.get("/")
 def flamegraph() -> str:
     """The flamegraph of a window, with its timeline, filters, search and function table."""
-    return _render("flamegraph")
+    query = graph_query(request.args, current_app.config["DEFAULT_WINDOW"])
+    return _render("flamegraph", graph_query=query)
 
 
 @bp.get("/compare")

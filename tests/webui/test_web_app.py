@@ -108,25 +108,33 @@ def test_pages_are_served_with_a_strict_policy(client):
 
 
 def test_pages_preload_every_module_they_import(client):
-    # The flamegraph page's request starts in prefetch.js, which imports state.js, which
-    # imports util.js: without preload links, three round trips before it could start.
+    # Without preload links the browser finds each level of imports after the one before.
     js = Path(webui.__file__).parent / "static" / "js"
     ours = {path.name for path in js.glob("*.js")}
-    for path, entries in (("/", {"prefetch.js", "flamegraph.js"}), ("/compare", {"compare.js"})):
+    for path, entry in (("/", "flamegraph.js"), ("/compare", "compare.js")):
         html = client.get(path).get_data(as_text=True)
         preloaded = set(re.findall(r'rel="modulepreload" href="/static/js/([\w-]+\.js)"', html))
-        imported = {
-            name
-            for entry in entries
-            for name in ours
-            if f"from './{name}'" in (js / entry).read_text()
-        }
-        assert {"state.js", "util.js"} <= preloaded
-        assert imported <= preloaded and not preloaded & entries
-        assert preloaded <= ours
+        imported = {name for name in ours if f"from './{name}'" in (js / entry).read_text()}
+        assert {"state.js", "util.js"} <= preloaded  # util.js only through state.js
+        assert imported <= preloaded <= ours - {entry}
         for name in preloaded:
             with client.get(f"/static/js/{name}") as response:
                 assert response.status_code == 200, name
+
+
+def test_the_flamegraph_page_names_its_graph_request_for_preloading(client):
+    html = client.get("/?service=api&label=v:1&label=route:/x%20y&max_nodes=300&search=q").text
+    links = re.findall(
+        r'<link rel="preload" as="fetch" crossorigin="anonymous"\s+href="([^"]+)"', html
+    )
+    assert links == [
+        "/api/flamegraph?from=-1h&amp;service=api&amp;label=v%3A1&amp;label=route%3A%2Fx+y"
+        "&amp;max_nodes=300"
+    ]
+    # The URL's own window and mode; nothing the graph does not take (search, focus).
+    html = client.get("/?from=-6h&to=now&mode=wall&focus=a;b").text
+    assert 'href="/api/flamegraph?from=-6h&amp;to=now&amp;mode=wall"' in html
+    assert 'rel="preload"' not in client.get("/compare").text
 
 
 def test_static_assets_are_served(client):

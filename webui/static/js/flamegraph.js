@@ -1,7 +1,7 @@
 // The flamegraph page: timeline, filters, flamegraph, search and the top-functions table.
 
 import { $, body, count, pct, regexEscape, showStatus } from './util.js'
-import { api, graphQuery, params, selectionParams, update } from './state.js'
+import { api, graphQuery, params, preloadedGraphQuery, selectionParams, update } from './state.js'
 import { refreshFilters, setupFilters } from './filters.js'
 import { drawTimeline } from './timeline.js'
 import { createFlame } from './flame.js'
@@ -45,6 +45,8 @@ function exportLinks (query) {
 
 let loading = 0
 let lastTree = null
+// The first load's graph request is the one the browser started from the page's head.
+let preloaded = preloadedGraphQuery()
 
 function render () {
   const p = params()
@@ -68,10 +70,13 @@ async function load () {
   showStatus('')
   body.dataset.state = 'loading'
   try {
-    const timelineRequest = api('timeline', query)
-    timelineRequest.catch(() => {}) // awaited below, unless the graph fails first
-    const graph = await api('flamegraph', graphQuery(p))
+    const graphParams = preloaded || graphQuery(p)
+    preloaded = null
+    const graph = await api('flamegraph', graphParams)
     if (ticket !== loading) return // a newer load started meanwhile
+    // The graph is what people wait for: the timeline is asked for once the graph has come
+    // (both would compete for the server), and drawn after the graph.
+    const timelineRequest = api('timeline', query)
     total = graph.total
     const pruned = graph.pruned_nodes
       ? `; ${count(graph.pruned_samples)} samples in ${graph.pruned_nodes} [pruned] frames (max_nodes=${graph.max_nodes})`
@@ -82,7 +87,6 @@ async function load () {
     render()
     // Where benchmarks read the time from navigation to a drawn flamegraph.
     window.requestAnimationFrame(() => performance.mark('flamegraph-drawn'))
-    // The graph is what people wait for: the timeline is drawn when both have come.
     const timeline = await timelineRequest
     if (ticket !== loading) return
     drawTimeline($('timeline'), timeline, (from, to) => {

@@ -35,26 +35,18 @@ export function graphQuery (source = params()) {
   return query
 }
 
-// Requests started before the page's scripts were ready (see prefetch.js), by URL.
-const started = new Map()
-
-function request (endpoint, query) {
-  return fetch(`${body.dataset.api}/${endpoint}?${query}`, {
-    headers: { Accept: 'application/json' }
-  })
-}
-
-// Starts a request now; the first api() call for the same URL takes its response.
-export function prefetch (endpoint, query) {
-  const key = `${endpoint}?${query}`
-  if (!started.has(key)) started.set(key, request(endpoint, query))
+// The flamegraph request the server named in the page's preload link (see pages.py), which
+// the browser started as soon as it read the page's head: asking for the same URL takes its
+// response. Null on other pages.
+export function preloadedGraphQuery () {
+  const link = document.querySelector('link[rel=preload][as=fetch]')
+  return link ? new URL(link.href).search.slice(1) : null
 }
 
 export async function api (endpoint, query) {
-  const key = `${endpoint}?${query}`
-  const early = started.get(key)
-  started.delete(key)
-  const response = await (early || request(endpoint, query))
+  const response = await fetch(`${body.dataset.api}/${endpoint}?${query}`, {
+    headers: { Accept: 'application/json' }
+  })
   let data = null
   try { data = await response.json() } catch (error) { data = null }
   if (!response.ok) {
