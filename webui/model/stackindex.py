@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from itertools import compress
 
-from .flametree import SEPARATOR, Bounds, SortedStacks, folded_of, sort_keys
+from .flametree import SEPARATOR, Callees, SortedStacks, folded_of, sort_keys
 from .functions import FunctionSamples, count_frames
 
 __all__ = ["StackIndex"]
@@ -29,7 +29,7 @@ _STACK_OVERHEAD = 200
 _FRAMES_OVERHEAD = 150
 
 
-_State = tuple[list[str], list[int], dict[int, int], Bounds]
+_State = tuple[list[str], list[int], dict[int, int], Callees]
 
 
 class StackIndex:
@@ -44,9 +44,9 @@ class StackIndex:
         self.read_names = read_names
         self.max_bytes = max_bytes
         self._lock = threading.RLock()
-        # (keys in order, their stack ids, stack id -> position, the node boundaries found in
+        # (keys in order, their stack ids, stack id -> position, the callees found in
         # the keys): replaced whole, never changed in place, so readers take no lock.
-        self._state: _State = ([], [], {}, Bounds([]))
+        self._state: _State = ([], [], {}, Callees([]))
         self._bytes = 0
         # Stack id -> its distinct frames, leaf first (one string object per frame name),
         # made the first time a function table needs them. Replaced, never cleared in place.
@@ -68,22 +68,22 @@ class StackIndex:
             ids = list(set().union(*profiles))
             zeros = [0] * len(ids)
             values = [list(map(p.get, ids, zeros)) for p in profiles]
-        keys, _, rank, bounds = self._state
+        keys, _, rank, callees = self._state
         try:
             ranks = list(map(rank.__getitem__, ids))
         except KeyError:
-            keys, _, rank, bounds = self._learn(ids)
+            keys, _, rank, callees = self._learn(ids)
             ranks = list(map(rank.__getitem__, ids))
         if len(keys) <= _SPREAD * len(ids):
             # Most known stacks are in the window: spread its counts over all of them in order
             # (those it lacks stay at zero) rather than sort the window; the tree is then built
-            # over the index's own keys, whose node boundaries it remembers.
+            # over the index's own keys, whose nodes' callees it remembers.
             spread = []
             for v in values:
                 dense = [0] * len(keys)
                 deque(map(dense.__setitem__, ranks, v), maxlen=0)
                 spread.append(dense)
-            return SortedStacks(keys, spread, bounds)
+            return SortedStacks(keys, spread, callees)
         order = sorted(range(len(ids)), key=ranks.__getitem__)
         return SortedStacks(
             list(map(keys.__getitem__, map(ranks.__getitem__, order))),
@@ -159,7 +159,7 @@ class StackIndex:
                 keys,
                 known_ids,
                 dict(zip(map(known_ids.__getitem__, by_id), by_id, strict=True)),
-                Bounds(keys, 2 * len(keys)),
+                Callees(keys, 4 * len(keys)),
             )
             self._bytes += added
             return self._state
