@@ -7,7 +7,8 @@ import itertools
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from operator import itemgetter
+from itertools import repeat
+from operator import add, itemgetter, mul
 from typing import Any
 
 from sampler.profile import unescape_frame
@@ -47,25 +48,26 @@ def count_frames(frames: Sequence[tuple[str, ...]], counts: Sequence[int]) -> Fu
     """
     order = sorted(range(len(counts)), key=counts.__getitem__)
     in_order = list(map(frames.__getitem__, order))
-    self_counts: Counter[str] = Counter()
-    totals: Counter[str] = Counter()
+    self_counts: dict[str, int] = {}
+    totals: dict[str, int] = {}
     start = 0
     for count, group in itertools.groupby(map(counts.__getitem__, order)):
         end = start + len(list(group))
         stacks = in_order[start:end]
         start = end
-        for counter, seen in (
-            (self_counts, Counter(map(itemgetter(0), stacks))),
-            (totals, Counter(itertools.chain.from_iterable(stacks))),
-        ):
-            if count == 1:
-                counter.update(seen)
-            else:
-                for frame, n in seen.items():
-                    counter[frame] += n * count
+        _add_times(self_counts, Counter(map(itemgetter(0), stacks)), count)
+        _add_times(totals, Counter(itertools.chain.from_iterable(stacks)), count)
     self_counts.pop("", None)
     totals.pop("", None)
-    return FunctionSamples(dict(self_counts), dict(totals), sum(counts))
+    return FunctionSamples(self_counts, totals, sum(counts))
+
+
+def _add_times(into: dict[str, int], seen: Mapping[str, int], times: int) -> None:
+    """Adds ``times`` each of ``seen``'s counts to ``into``, in builtins only: this runs for
+    every distinct frame of every group, a million times for a window of 200,000 stacks."""
+    names = list(seen)
+    values = seen.values() if times == 1 else map(mul, seen.values(), repeat(times))
+    into.update(zip(names, map(add, map(into.get, names, repeat(0)), values), strict=True))
 
 
 def _samples(counts: Mapping[str, int] | FunctionSamples) -> FunctionSamples:

