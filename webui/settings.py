@@ -106,7 +106,7 @@ SETTINGS: tuple[Setting, ...] = (
         int,
         300,
         "Estimated memory, per process, for the sort order and frames of stacks already read "
-        "(their text once, plus ~200 bytes each), which makes windows of many distinct stacks "
+        "(their text once, plus ~400 bytes each), which makes windows of many distinct stacks "
         "fast; past it the frames go, then the order starts over with the window at hand.",
     ),
 )

@@ -107,18 +107,18 @@ def test_trees_from_the_index_equal_trees_from_folded_text():
             assert sorted_diff.to_dict() == text_diff.to_dict()
 
 
-def test_callees_are_remembered_for_the_index_keys():
+def test_node_boundaries_are_remembered_for_the_index_keys():
     rng = random.Random(13)
     names = catalogue(rng, 300)
     index = StackIndex(Names(names))
     counts = window(rng, names, 250)
     arranged = index.arrange([counts])
-    assert arranged.callees is not None and arranged.keys is index.arrange([counts]).keys
+    assert arranged.bounds is not None and arranged.keys is index.arrange([counts]).keys
     first = flame_tree_sorted(arranged, max_nodes=200).to_dict()
-    remembered = len(arranged.callees._found)
+    remembered = len(arranged.bounds._ends)
     assert remembered > 0
     assert flame_tree_sorted(index.arrange([counts]), max_nodes=200).to_dict() == first
-    assert len(arranged.callees._found) == remembered  # found nothing new the second time
+    assert len(arranged.bounds._ends) == remembered  # found nothing new the second time
 
 
 def test_folded_gives_back_the_text():

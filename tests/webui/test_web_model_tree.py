@@ -8,7 +8,7 @@ import pytest
 
 from sampler.profile import build_tree
 from webui.model import PRUNED, SortedStacks, diff_tree, flame_tree, flame_tree_sorted
-from webui.model.flametree import Callees, folded_of, sort_key, sort_keys
+from webui.model.flametree import Bounds, folded_of, sort_key, sort_keys
 
 
 def as_plain(node):
@@ -130,18 +130,18 @@ def test_stacks_without_samples_change_nothing(max_nodes):
     assert diff_tree(with_zeros, other_with_zeros, max_nodes=max_nodes).to_dict() == expected_diff
 
 
-def test_remembered_callees_serve_every_profile_over_the_same_keys():
+def test_remembered_node_bounds_serve_every_profile_over_the_same_keys():
     rng = random.Random(3)
     every = random_profile(rng, 1500, frames=30, depth=10)
     keys = sort_keys(sorted(every, key=sort_key))
     for limit in (10, 10**6):
-        callees = Callees(keys, limit)
+        bounds = Bounds(keys, limit)
         for _ in range(4):
             counts = {s: rng.randint(0, 3) * c for s, c in every.items()}
             values = [counts[folded_of(key)] for key in keys]
-            tree = flame_tree_sorted(SortedStacks(keys, [values], callees), max_nodes=300)
+            tree = flame_tree_sorted(SortedStacks(keys, [values], bounds), max_nodes=300)
             assert tree.to_dict() == flame_tree(counts, max_nodes=300).to_dict()
-            assert callees._size <= max(limit, len(keys))
+            assert len(bounds._ends) + len(bounds._starts) <= limit
 
 
 def test_control_separator_inside_a_frame_is_drawable():

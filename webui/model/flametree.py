@@ -14,18 +14,16 @@ from __future__ import annotations
 import heapq
 import itertools
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import compress, repeat
-from operator import le, lt, sub
 from typing import Any
 
 from sampler.profile import unescape_frame
 
 __all__ = [
     "PRUNED",
-    "Callees",
+    "Bounds",
     "DiffTree",
     "FlameTree",
     "SortedStacks",
@@ -91,44 +89,48 @@ class DiffTree:
         }
 
 
-class Callees:
-    """The callees of call-tree nodes in one list of sorted keys: where each one's keys begin
-    and end, and where its name ends in them. They do not depend on the counts, so trees built
-    over the same keys (a StackIndex's, for every window it arranges) find each node's callees
-    once, by bisection, and then weigh them all with a few calls of builtins. Thread-safe;
-    remembers at most ``limit`` callees, then starts over."""
+class Bounds:
+    """Where call-tree nodes begin and end in one list of sorted keys, found by bisection and
+    remembered: they do not depend on the counts, so trees built over the same keys (a
+    StackIndex's, for every window it arranges) find each one once. Thread-safe; at most
+    ``limit`` remembered, then it starts over."""
 
-    def __init__(self, keys: list[str], limit: int = 1_000_000) -> None:
+    def __init__(self, keys: list[str], limit: int = 500_000) -> None:
         self.keys = keys
         self.limit = limit
-        self._found: dict[tuple[int, int], tuple[array[int], array[int], array[int]]] = {}
-        self._size = 0
+        self._ends: dict[tuple[int, int], tuple[int, int]] = {}
+        self._starts: dict[tuple[int, int], int] = {}
 
-    def of(self, lo: int, hi: int, start: int) -> tuple[array[int], array[int], array[int]]:
-        """Returns the callees of the node whose callees are the keys ``[lo, hi)``, their names
-        beginning at ``start``: each one's first key, the end of its name, and its end."""
-        found = self._found.get((lo, start))
+    def node_at(self, i: int, start: int, hi: int) -> tuple[int, int]:
+        """Returns where the name of the node that key ``i`` starts ends in the key (its
+        frames begin at ``start``), and the key after the node's last; ``hi`` bounds it."""
+        found = self._ends.get((i, start))
         if found is None:
-            keys = self.keys
-            firsts, stops, ends = array("l"), array("l"), array("l")
-            i = lo
-            while i < hi:
-                key = keys[i]
-                stop = key.find(_SEP, start)
-                if stop < 0:
-                    stop = len(key)
-                end = bisect_left(keys, key[:stop] + _END, i + 1, hi)
-                firsts.append(i)
-                stops.append(stop)
-                ends.append(end)
-                i = end
-            found = (firsts, stops, ends)
-            if self._size + len(firsts) > self.limit:
-                # Replaced, not cleared: other threads may be reading it.
-                self._found, self._size = {}, 0
-            self._found[(lo, start)] = found
-            self._size += len(firsts)
+            key = self.keys[i]
+            stop = key.find(_SEP, start)
+            if stop < 0:
+                stop = len(key)
+            found = (stop, bisect_left(self.keys, key[:stop] + _END, i + 1, hi))
+            self._make_room()
+            self._ends[(i, start)] = found
         return found
+
+    def node_start(self, j: int, start: int, lo: int) -> int:
+        """Returns the first key of the node holding key ``j`` whose name begins at ``start``
+        (at or after ``lo``, a node boundary)."""
+        found = self._starts.get((j, start))
+        if found is None:
+            key = self.keys[j]
+            stop = key.find(_SEP, start)
+            found = bisect_left(self.keys, key[:stop] if stop >= 0 else key, lo, j + 1)
+            self._make_room()
+            self._starts[(j, start)] = found
+        return found
+
+    def _make_room(self) -> None:
+        if len(self._ends) + len(self._starts) >= self.limit:
+            # Replaced, not cleared: other threads may be reading them.
+            self._ends, self._starts = {}, {}
 
 
 @dataclass
@@ -138,12 +140,12 @@ class SortedStacks:
     Sorted so, every call-tree node is one contiguous range of keys. Built from folded counts
     by sort_stacks(), or by a webui StackIndex that keeps the order between requests; keys
     may include stacks without samples (an index's order holds every stack it knows), and
-    ``callees`` the nodes' callees found in these keys so far, if anyone keeps them.
+    ``bounds`` the node boundaries remembered for these keys, if any.
     """
 
     keys: list[str]
     values: list[list[int]]
-    callees: Callees | None = None
+    bounds: Bounds | None = None
 
 
 def sort_key(stack: str) -> str:
@@ -197,7 +199,7 @@ class _Ranges:
     def __init__(self, stacks: SortedStacks, scale: Sequence[float]) -> None:
         keys, values = stacks.keys, list(stacks.values)  # the caller's lists stay as they are
         self.keys = keys
-        self.callees = stacks.callees or Callees(keys)
+        self.bounds = stacks.bounds or Bounds(keys)
         for i, v in enumerate(values):
             if v and min(v) < 0:
                 values[i] = [max(x, 0) for x in v]
@@ -246,7 +248,7 @@ def _best_first(
     """
     if max_nodes < 2:
         raise ValueError("max_nodes must be at least 2 (the root and one [pruned] node)")
-    keys, weight, callees = stacks.keys, stacks.weight, stacks.callees
+    keys, weight, bounds = stacks.keys, stacks.weight, stacks.bounds
     order = itertools.count()
     heap: list[tuple[float, int, int, str, int, int, int]] = []
     # Per kept node (by index): the node, its samples, what its kept callees hold, and how
@@ -258,36 +260,51 @@ def _best_first(
 
     # Weights of the heaviest nodes seen so far. Once it holds `enough`, no node lighter than
     # its smallest can be kept: at least `enough` nodes at least as heavy will be (kept nodes
-    # outnumber [pruned] ones), so lighter callees are not even looked at.
+    # outnumber [pruned] ones), so light callees are skipped without being looked at.
     enough = max(1, (max_nodes - 2) // 2)
     best: list[float] = []
 
     def push_children(index: int, lo: int, hi: int, prefix_len: int) -> None:
-        if lo < hi and len(keys[lo]) == prefix_len:
+        i = lo
+        if i < hi and len(keys[i]) == prefix_len:
             # The stack that ends at this node: its own samples, not a callee's.
-            in_callees[index] = [cum[lo + 1] - cum[lo] for cum in stacks.cumulative]
-            lo += 1
+            in_callees[index] = [cum[i + 1] - cum[i] for cum in stacks.cumulative]
+            i += 1
         start = prefix_len + 1
-        firsts, stops, ends = callees.of(lo, hi, start)
-        bound = best[0] if len(best) >= enough else 0
-        # Every callee's weight at once: two lookups each, in builtins.
-        weights = list(map(sub, map(weight.__getitem__, ends), map(weight.__getitem__, firsts)))
-        if bound > 0:
-            heavy = list(compress(range(len(weights)), map(le, repeat(bound), weights)))
-        else:
-            heavy = list(compress(range(len(weights)), map(lt, repeat(0), weights)))
-        for k in heavy:
-            w = weights[k]
-            first = firsts[k]
-            name = keys[first][start : stops[k]]
-            heapq.heappush(heap, (-w, next(order), index, name, first, ends[k], stops[k]))
-            if len(best) < enough:
-                heapq.heappush(best, w)
-            elif w > best[0]:
-                heapq.heapreplace(best, w)
-        # A callee too light to keep counts as one that stays unkept (empty ones do not).
-        light = len(weights) - weights.count(0) > len(heavy)
-        unkept[index] = len(heavy) + light
+        count = 0
+        skipped = False
+        while i < hi:
+            bound = best[0] if len(best) >= enough else 0
+            rest = weight[hi] - weight[i]
+            if rest <= 0 or rest < bound:
+                skipped = skipped or rest > 0
+                break
+            # Key j is the first whose weight brings the run from key i to the bound (or,
+            # without a bound, the first with samples): the callees that end before the one
+            # holding key j are too light to keep, or empty.
+            if bound:
+                j = bisect_left(weight, weight[i] + bound, i + 1, hi + 1) - 1
+            else:
+                j = bisect_right(weight, weight[i], i + 1, hi + 1) - 1
+            if j > i:
+                first = bounds.node_start(j, start, i)
+                if first > i:
+                    skipped = skipped or weight[first] > weight[i]
+                    i = first
+            stop, end = bounds.node_at(i, start, hi)
+            w = weight[end] - weight[i]
+            if w < bound:
+                skipped = True
+            else:
+                heapq.heappush(heap, (-w, next(order), index, keys[i][start:stop], i, end, stop))
+                count += 1
+                if len(best) < enough:
+                    heapq.heappush(best, w)
+                elif w > best[0]:
+                    heapq.heapreplace(best, w)
+            i = end
+        # A skipped callee is never kept: it counts as one that stays unkept.
+        unkept[index] = count + skipped
 
     placeholders = 0
     if len(keys) > stacks.first:

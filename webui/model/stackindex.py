@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from itertools import compress
 from operator import itemgetter
 
-from .flametree import SEPARATOR, Callees, SortedStacks, folded_of, sort_keys
+from .flametree import SEPARATOR, Bounds, SortedStacks, folded_of, sort_keys
 from .functions import FunctionSamples, count_frames
 
 __all__ = ["StackIndex"]
@@ -25,12 +25,16 @@ NameReader = Callable[[list[int]], Mapping[int, str]]
 # counts over all of them, which costs less than sorting it.
 _SPREAD = 8
 # Memory estimates, in bytes, beyond the text: per stack in the order (its key's header, two
-# list slots, its id and its rank's dict entry), and per stack's cached frames.
-_STACK_OVERHEAD = 200
+# list slots, its id, its rank's dict entry, and one remembered node boundary), and per
+# stack's cached frames.
+_STACK_OVERHEAD = 400
 _FRAMES_OVERHEAD = 150
+# Node boundaries remembered (see flametree.Bounds), ~170 bytes each: one per stack in the
+# order (counted in _STACK_OVERHEAD), and at least this many.
+_MIN_BOUNDS = 50_000
 
 
-_State = tuple[list[str], list[int], dict[int, int], Callees]
+_State = tuple[list[str], list[int], dict[int, int], Bounds]
 
 
 class StackIndex:
@@ -45,9 +49,9 @@ class StackIndex:
         self.read_names = read_names
         self.max_bytes = max_bytes
         self._lock = threading.RLock()
-        # (keys in order, their stack ids, stack id -> position, the callees found in
+        # (keys in order, their stack ids, stack id -> position, the node boundaries found in
         # the keys): replaced whole, never changed in place, so readers take no lock.
-        self._state: _State = ([], [], {}, Callees([]))
+        self._state: _State = ([], [], {}, Bounds([]))
         self._bytes = 0
         # Stack id -> its distinct frames, leaf first (one string object per frame name),
         # made the first time a function table needs them. Replaced, never cleared in place.
@@ -69,22 +73,22 @@ class StackIndex:
             ids = list(set().union(*profiles))
             zeros = [0] * len(ids)
             values = [list(map(p.get, ids, zeros)) for p in profiles]
-        keys, _, rank, callees = self._state
+        keys, _, rank, bounds = self._state
         try:
             ranks = _look_up(rank, ids)
         except KeyError:
-            keys, _, rank, callees = self._learn(ids)
+            keys, _, rank, bounds = self._learn(ids)
             ranks = _look_up(rank, ids)
         if len(keys) <= _SPREAD * len(ids):
             # Most known stacks are in the window: spread its counts over all of them in order
             # (those it lacks stay at zero) rather than sort the window; the tree is then built
-            # over the index's own keys, whose nodes' callees it remembers.
+            # over the index's own keys, whose node boundaries it remembers.
             spread = []
             for v in values:
                 dense = [0] * len(keys)
                 deque(map(dense.__setitem__, ranks, v), maxlen=0)
                 spread.append(dense)
-            return SortedStacks(keys, spread, callees)
+            return SortedStacks(keys, spread, bounds)
         order = sorted(range(len(ids)), key=ranks.__getitem__)
         return SortedStacks(
             list(map(keys.__getitem__, map(ranks.__getitem__, order))),
@@ -153,14 +157,11 @@ class StackIndex:
                 keys, known_ids = _in_order(keys + new_keys, known_ids + new_ids)
             else:
                 keys, known_ids = new_keys, new_ids
-            # The ranks by id in id order: the store hands out ids in that order, so looking
-            # up a window walks the dict's memory in one direction (a third faster).
-            by_id = sorted(range(len(known_ids)), key=known_ids.__getitem__)
             self._state = (
                 keys,
                 known_ids,
-                dict(zip(map(known_ids.__getitem__, by_id), by_id, strict=True)),
-                Callees(keys, 4 * len(keys)),
+                dict(zip(known_ids, range(len(known_ids)), strict=True)),
+                Bounds(keys, max(_MIN_BOUNDS, len(keys))),
             )
             self._bytes += added
             return self._state
