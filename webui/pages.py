@@ -19,27 +19,28 @@ bp = Blueprint("pages", __name__)
 
 # Our modules import each other as `import { ... } from './name.js'`.
 _IMPORT = re.compile(r"^import\b[^;\n]*?\bfrom\s+'\./([\w-]+\.js)'", re.MULTILINE)
-# The parameters of the page's URL the flamegraph's request passes on (graphQuery, state.js).
+# The parameters of the page's URL the flamegraph's request passes on: as graphQuery() in
+# state.js, which makes the later requests (keep the two alike).
 _GRAPH_PARAMS = ("from", "to", "mode", "service", "host", "instance", "label", "max_nodes")
 
 
 @functools.cache
-def modules_of(js_folder: Path, entry: str) -> tuple[str, ...]:
+def _modules_of(js_folder: Path, entry: str) -> tuple[str, ...]:
     """Returns the modules ``entry`` imports, directly or not: the page lists them all as
     modulepreload links, so the browser fetches them at once rather than one import level
     after another."""
-    found: dict[str, None] = {}
+    found: set[str] = set()
     pending = [entry]
     while pending:
         name = pending.pop()
         for imported in _IMPORT.findall((js_folder / name).read_text(encoding="utf-8")):
             if imported not in found and imported != entry:
-                found[imported] = None
+                found.add(imported)
                 pending.append(imported)
     return tuple(sorted(found))
 
 
-def graph_query(args: MultiDict[str, str], default_window: str) -> str:
+def _graph_query(args: MultiDict[str, str], default_window: str) -> str:
     """Returns the query of the flamegraph request a page with these arguments makes first.
 
     The page names it in a preload link, so the browser starts it as soon as it reads the
@@ -53,14 +54,14 @@ def graph_query(args: MultiDict[str, str], default_window: str) -> str:
 
 def _render(view: str, **context: str) -> str:
     js_folder = Path(current_app.static_folder or "", "js")
-    preload = modules_of(js_folder, f"{view}.js")
+    preload = _modules_of(js_folder, f"{view}.js")
     return render_template(f"{view}.html", view=view, preload=preload, **context)
 
 
 @bp.get("/")
 def flamegraph() -> str:
     """The flamegraph of a window, with its timeline, filters, search and function table."""
-    query = graph_query(request.args, current_app.config["DEFAULT_WINDOW"])
+    query = _graph_query(request.args, current_app.config["DEFAULT_WINDOW"])
     return _render("flamegraph", graph_query=query)
 
 

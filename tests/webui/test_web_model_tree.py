@@ -144,6 +144,12 @@ def test_remembered_node_bounds_serve_every_profile_over_the_same_keys():
             assert len(bounds._ends) + len(bounds._starts) <= limit
 
 
+def test_boundaries_of_other_keys_are_refused():
+    keys = sort_keys(["a;b", "a;c"])
+    with pytest.raises(ValueError, match="other keys"):
+        flame_tree_sorted(SortedStacks(keys, [[1, 2]], Bounds(list(keys))))
+
+
 def test_control_separator_inside_a_frame_is_drawable():
     tree = flame_tree({"a\x01b;c": 2, "a\x02;d": 1})
     assert tree.total == 3

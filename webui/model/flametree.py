@@ -199,6 +199,8 @@ class _Ranges:
     def __init__(self, stacks: SortedStacks, scale: Sequence[float]) -> None:
         keys, values = stacks.keys, list(stacks.values)  # the caller's lists stay as they are
         self.keys = keys
+        if stacks.bounds is not None and stacks.bounds.keys is not keys:
+            raise ValueError("the remembered node boundaries belong to other keys")
         self.bounds = stacks.bounds or Bounds(keys)
         for i, v in enumerate(values):
             if v and min(v) < 0:

@@ -27,9 +27,9 @@ _SPREAD = 8
 # Memory estimates, in bytes, beyond the text: per stack in the order (its key's header, two
 # list slots, its id, its rank's dict entry, and one remembered node boundary), and per
 # stack's cached frames.
-_STACK_OVERHEAD = 400
+_STACK_OVERHEAD = 420
 _FRAMES_OVERHEAD = 150
-# Node boundaries remembered (see flametree.Bounds), ~170 bytes each: one per stack in the
+# Node boundaries remembered (see flametree.Bounds), ~220 bytes each: one per stack in the
 # order (counted in _STACK_OVERHEAD), and at least this many.
 _MIN_BOUNDS = 50_000
 
@@ -145,6 +145,8 @@ class StackIndex:
         with self._lock:
             keys, known_ids, rank, _ = self._state
             new_keys, new_ids = self._read([sid for sid in ids if sid not in rank])
+            if not new_keys:
+                return self._state  # another thread learned them meanwhile
             added = sum(map(len, new_keys)) + _STACK_OVERHEAD * len(new_keys)
             if self._bytes + self._frame_bytes + added > self.max_bytes:
                 self._drop_frames()

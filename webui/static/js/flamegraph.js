@@ -77,6 +77,7 @@ async function load () {
     // The graph is what people wait for: the timeline is asked for once the graph has come
     // (both would compete for the server), and drawn after the graph.
     const timelineRequest = api('timeline', query)
+    timelineRequest.catch(() => {}) // awaited below, unless drawing the graph fails first
     total = graph.total
     const pruned = graph.pruned_nodes
       ? `; ${count(graph.pruned_samples)} samples in ${graph.pruned_nodes} [pruned] frames (max_nodes=${graph.max_nodes})`

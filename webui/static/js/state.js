@@ -28,7 +28,8 @@ export function selectionParams (source = params()) {
   return out
 }
 
-// The flamegraph's own request: the selection and the node budget asked for in the URL.
+// The flamegraph's own request: the selection and the node budget asked for in the URL
+// (webui/pages.py writes the first one into the page's preload link: keep the two alike).
 export function graphQuery (source = params()) {
   const query = selectionParams(source)
   if (source.get('max_nodes')) query.set('max_nodes', source.get('max_nodes'))
@@ -43,10 +44,9 @@ export function preloadedGraphQuery () {
   return link ? new URL(link.href).search.slice(1) : null
 }
 
+// No custom headers: a fetch with any is not given a preloaded response (Fetch standard).
 export async function api (endpoint, query) {
-  const response = await fetch(`${body.dataset.api}/${endpoint}?${query}`, {
-    headers: { Accept: 'application/json' }
-  })
+  const response = await fetch(`${body.dataset.api}/${endpoint}?${query}`)
   let data = null
   try { data = await response.json() } catch (error) { data = null }
   if (!response.ok) {
