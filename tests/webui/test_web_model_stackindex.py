@@ -119,6 +119,10 @@ def test_node_boundaries_are_remembered_for_the_index_keys():
     assert remembered > 0
     assert flame_tree_sorted(index.arrange([counts]), max_nodes=200).to_dict() == first
     assert len(arranged.bounds._ends) == remembered  # found nothing new the second time
+    # Two requests that miss at once: the second finds the first learned the stacks already,
+    # and what was remembered stays.
+    assert index._learn(list(counts)) is index._state
+    assert index.arrange([counts]).bounds is arranged.bounds
 
 
 def test_folded_gives_back_the_text():
@@ -199,14 +203,3 @@ def test_the_frame_cache_starts_over_past_its_budget():
         counts = window(rng, names, 60)
         assert index.function_samples(counts) == FunctionSamples.of(by_text(names, counts))
         assert index._bytes + index._frame_bytes <= 40_000 + 60 * (150 + 8 * 20)
-
-
-def test_learning_nothing_new_keeps_what_was_remembered():
-    # Two requests that miss at once: the second finds the first learned the stacks already.
-    rng = random.Random(14)
-    names = catalogue(rng, 100)
-    index = StackIndex(Names(names))
-    counts = window(rng, names, 80)
-    arranged = index.arrange([counts])
-    assert index._learn(list(counts)) is index._state
-    assert index.arrange([counts]).bounds is arranged.bounds

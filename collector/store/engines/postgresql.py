@@ -14,9 +14,10 @@ from collector.store.engines.base import Engine, EngineOptions
 
 __all__ = ["PostgreSQLEngine", "partition_span"]
 
-# One statement per batch: the arrays travel as four parameters, whatever the row count.
+# All ids in one array parameter, whatever their number.
 _STACK_TEXTS = sa.text("SELECT id, folded FROM stacks WHERE id = ANY(CAST(:ids AS bigint[]))")
 
+# One statement per batch: the arrays travel as four parameters, whatever the row count.
 _ADD_SAMPLES = sa.text(
     "INSERT INTO samples (width, bucket, series_id, stack_id, count) "
     "SELECT :width, t.b, t.s, t.k, t.c FROM unnest("
