@@ -102,9 +102,12 @@ class Query:
         with translate_errors("reading a profile"), self.store.engine.read_transaction() as conn:
             segments = plan(start, end, self.store.tier_states(conn))
             series = self._series_ids(filters)
+            alone = self._single_series_span(conn, series)
             for seg in segments:
                 where = [*self._segment_where(seg), schema.samples.c.series_id.in_(series)]
-                ids, counts = self.store.engine.stack_counts(conn, where)
+                # One bucket of one series holds each stack once: nothing to merge.
+                merge = alone is None or _buckets_in(seg, *alone) > 1
+                ids, counts = self.store.engine.stack_counts(conn, where, merge=merge)
                 _add_counts(totals, ids, counts)
         if totals and min(totals.values()) <= 0:
             totals = {sid: count for sid, count in totals.items() if count > 0}
@@ -199,6 +202,13 @@ class Query:
             where.append(sr.c.label_set_id.in_(matching))
         return sa.select(sr.c.id).where(*where)
 
+    def _single_series_span(self, conn: sa.Connection, series: sa.Select) -> tuple[int, int] | None:
+        """Returns the first and last bucket of the only series matching, if one does."""
+        sr = schema.series
+        found = conn.execute(series.with_only_columns(sr.c.first_bucket, sr.c.last_bucket).limit(2))
+        rows = found.all()
+        return (rows[0][0], rows[0][1]) if len(rows) == 1 else None
+
     def _stack_names(
         self, conn: sa.Connection, ids: Iterable[int], cache: bool = True
     ) -> dict[int, str]:
@@ -243,6 +253,14 @@ def _values_by_key(
             if passes(columns, labels, key):
                 result.setdefault(key, set()).add(value)
     return {key: sorted(values) for key, values in result.items()}
+
+
+def _buckets_in(seg: Segment, first: int, last: int) -> int:
+    """Returns how many of the segment's buckets may hold rows of a series whose finest
+    buckets run from ``first`` to ``last``."""
+    start = max(seg.start, first - first % seg.width)
+    end = min(seg.end, last + 1)
+    return max(0, -(-end // seg.width) - -(-start // seg.width))
 
 
 def _add_counts(totals: dict[int, int], ids: list[int], counts: list[int]) -> None:

@@ -92,6 +92,30 @@ def test_stack_counts_in_one_row_agree_with_the_driver_rows(fleet: Query) -> Non
     assert sum(fleet.profile_ids(T0, T0 + 180).values()) == 45
 
 
+def test_one_bucket_of_one_series_is_read_without_merging(fleet: Query) -> None:
+    engine = fleet.store.engine
+    merged: list[bool] = []
+    read = engine.stack_counts
+
+    def recording(conn, where, *, merge=True):  # type: ignore[no-untyped-def]
+        merged.append(merge)
+        return read(conn, where, merge=merge)
+
+    engine.stack_counts = recording  # type: ignore[method-assign]
+    a2 = Filters(instances=("a2",))  # one series; a1 has two (two routes)
+    cases = [
+        (T0, T0 + 60, a2, {"m;api;get": 4}, False),
+        (T0 + 120, T0 + 900, a2, {"m;api;get": 4}, False),  # its last bucket is T0 + 120
+        (T0, T0 + 61, a2, {"m;api;get": 8}, True),
+        (T0, T0 + 60, Filters(instances=("a1",)), {"m;api;get": 1, "m;api;put": 2}, True),
+        (T0, T0 + 60, Filters(), {"m;api;get": 5, "m;api;put": 2, "m;job;run": 8}, True),
+    ]
+    for start, end, filters, expected, merge in cases:
+        merged.clear()
+        assert fleet.profile(start, end, filters) == expected
+        assert merged == [merge]
+
+
 def test_timeline_per_bucket_and_per_step(fleet: Query) -> None:
     assert fleet.timeline(T0, T0 + 180) == [(T0, 15), (T0 + 60, 15), (T0 + 120, 15)]
     assert fleet.timeline(T0, T0 + 180, Filters(services=("batch",))) == [

@@ -121,16 +121,18 @@ class Engine:
     # Reads ----------------------------------------------------------------------------------
 
     def stack_counts(
-        self, conn: sa.Connection, where: Sequence[sa.ColumnElement[bool]]
+        self, conn: sa.Connection, where: Sequence[sa.ColumnElement[bool]], *, merge: bool = True
     ) -> tuple[list[int], list[int]]:
         """Reads the stack ids and summed counts of the sample rows matching ``where``, as two
-        aligned lists."""
+        aligned lists. ``merge=False`` when the rows hold each stack once already (one bucket
+        of one series): they are read as they are, without grouping them."""
         s = schema.samples
-        stmt = (
-            sa.select(s.c.stack_id, sa.cast(sa.func.sum(s.c.count), sa.BigInteger))
-            .where(*where)
-            .group_by(s.c.stack_id)
-        )
+        stmt = sa.select(s.c.stack_id, sa.cast(sa.func.sum(s.c.count), sa.BigInteger))
+        if not merge:
+            stmt = sa.select(s.c.stack_id, s.c.count)
+        stmt = stmt.where(*where)
+        if merge:
+            stmt = stmt.group_by(s.c.stack_id)
         # The driver's rows as they come: SQLAlchemy's row objects would triple the cost of
         # reading a window of many distinct stacks (both columns are integers).
         rows = conn.execute(stmt).cursor.fetchall()

@@ -93,20 +93,23 @@ class SQLiteEngine(Engine):
         return conn.exec_driver_sql(_STACK_TEXTS, (json.dumps(list(ids)),)).cursor.fetchall()
 
     def stack_counts(
-        self, conn: sa.Connection, where: Sequence[sa.ColumnElement[bool]]
+        self, conn: sa.Connection, where: Sequence[sa.ColumnElement[bool]], *, merge: bool = True
     ) -> tuple[list[int], list[int]]:
         """Reads the stacks' sums as one row of two JSON arrays (see the base class): the
         driver makes three objects per row, which for a window of 200,000 distinct stacks
-        cost more than the query itself."""
+        cost more than the query itself. Grouping sorts the rows (~150 ms for 200,000
+        distinct stacks), so rows that need no merging are not grouped."""
         if sqlite3.sqlite_version_info < (3, 38):  # JSON functions are built in from 3.38
-            return super().stack_counts(conn, where)
+            return super().stack_counts(conn, where, merge=merge)
         s = schema.samples
-        sums = (
-            sa.select(s.c.stack_id, sa.func.sum(s.c.count).label("count"))
-            .where(*where)
-            .group_by(s.c.stack_id)
-            .subquery()
-        )
+        rows = sa.select(s.c.stack_id, s.c.count).where(*where)
+        if merge:
+            rows = (
+                sa.select(s.c.stack_id, sa.func.sum(s.c.count).label("count"))
+                .where(*where)
+                .group_by(s.c.stack_id)
+            )
+        sums = rows.subquery()
         stmt = sa.select(
             sa.func.json_group_array(sums.c.stack_id), sa.func.json_group_array(sums.c.count)
         )
