@@ -115,10 +115,10 @@ def test_node_boundaries_are_remembered_for_the_index_keys():
     arranged = index.arrange([counts])
     assert arranged.bounds is not None and arranged.keys is index.arrange([counts]).keys
     first = flame_tree_sorted(arranged, max_nodes=200).to_dict()
-    remembered = len(arranged.bounds._ends)
+    remembered = len(arranged.bounds.ends)
     assert remembered > 0
     assert flame_tree_sorted(index.arrange([counts]), max_nodes=200).to_dict() == first
-    assert len(arranged.bounds._ends) == remembered  # found nothing new the second time
+    assert len(arranged.bounds.ends) == remembered  # found nothing new the second time
     # Two requests that miss at once: the second finds the first learned the stacks already,
     # and what was remembered stays.
     assert index._learn(list(counts)) is index._state

@@ -141,7 +141,7 @@ def test_remembered_node_bounds_serve_every_profile_over_the_same_keys():
             values = [counts[folded_of(key)] for key in keys]
             tree = flame_tree_sorted(SortedStacks(keys, [values], bounds), max_nodes=300)
             assert tree.to_dict() == flame_tree(counts, max_nodes=300).to_dict()
-            assert len(bounds._ends) + len(bounds._starts) <= limit
+            assert len(bounds.ends) + len(bounds.starts) <= limit
 
 
 def test_boundaries_of_other_keys_are_refused():

@@ -98,13 +98,15 @@ class Bounds:
     def __init__(self, keys: list[str], limit: int = 500_000) -> None:
         self.keys = keys
         self.limit = limit
-        self._ends: dict[tuple[int, int], tuple[int, int]] = {}
-        self._starts: dict[tuple[int, int], int] = {}
+        # What node_at and node_start found, by their first two arguments: may be read
+        # directly (saving a call); replaced, never cleared in place.
+        self.ends: dict[tuple[int, int], tuple[int, int]] = {}
+        self.starts: dict[tuple[int, int], int] = {}
 
     def node_at(self, i: int, start: int, hi: int) -> tuple[int, int]:
         """Returns where the name of the node that key ``i`` starts ends in the key (its
         frames begin at ``start``), and the key after the node's last; ``hi`` bounds it."""
-        found = self._ends.get((i, start))
+        found = self.ends.get((i, start))
         if found is None:
             key = self.keys[i]
             stop = key.find(_SEP, start)
@@ -112,25 +114,25 @@ class Bounds:
                 stop = len(key)
             found = (stop, bisect_left(self.keys, key[:stop] + _END, i + 1, hi))
             self._make_room()
-            self._ends[(i, start)] = found
+            self.ends[(i, start)] = found
         return found
 
     def node_start(self, j: int, start: int, lo: int) -> int:
         """Returns the first key of the node holding key ``j`` whose name begins at ``start``
         (at or after ``lo``, a node boundary)."""
-        found = self._starts.get((j, start))
+        found = self.starts.get((j, start))
         if found is None:
             key = self.keys[j]
             stop = key.find(_SEP, start)
             found = bisect_left(self.keys, key[:stop] if stop >= 0 else key, lo, j + 1)
             self._make_room()
-            self._starts[(j, start)] = found
+            self.starts[(j, start)] = found
         return found
 
     def _make_room(self) -> None:
-        if len(self._ends) + len(self._starts) >= self.limit:
+        if len(self.ends) + len(self.starts) >= self.limit:
             # Replaced, not cleared: other threads may be reading them.
-            self._ends, self._starts = {}, {}
+            self.ends, self.starts = {}, {}
 
 
 @dataclass
@@ -267,6 +269,9 @@ def _best_first(
     best: list[float] = []
 
     def push_children(index: int, lo: int, hi: int, prefix_len: int) -> None:
+        # The remembered boundaries, read here without a call (they may be replaced meanwhile:
+        # what these hold stays true).
+        ends, starts = bounds.ends, bounds.starts
         i = lo
         if i < hi and len(keys[i]) == prefix_len:
             # The stack that ends at this node: its own samples, not a callee's.
@@ -289,11 +294,14 @@ def _best_first(
             else:
                 j = bisect_right(weight, weight[i], i + 1, hi + 1) - 1
             if j > i:
-                first = bounds.node_start(j, start, i)
+                first = starts.get((j, start))
+                if first is None:
+                    first = bounds.node_start(j, start, i)
                 if first > i:
                     skipped = skipped or weight[first] > weight[i]
                     i = first
-            stop, end = bounds.node_at(i, start, hi)
+            found = ends.get((i, start))
+            stop, end = found if found is not None else bounds.node_at(i, start, hi)
             w = weight[end] - weight[i]
             if w < bound:
                 skipped = True
