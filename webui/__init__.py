@@ -7,17 +7,21 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from flask import Flask, Response
+from flask import Flask, Response, request
 
 __all__ = ["create_app"]
 
 STATIC = Path(__file__).resolve().parent / "static"
 # Vendored scripts the pages load (copied from node_modules by webui/build_assets.py).
 VENDOR_FILES = ("d3.min.js", "d3-flamegraph.min.js", "d3-flamegraph.css")
+# Static files are served below a hash of their contents, so browsers keep them this long
+# without asking again: a changed file comes with a new URL.
+STATIC_MAX_AGE = 365 * 86400
 
 _CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
@@ -37,8 +41,9 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
 
     overrides = dict(config or {})
     config_file = overrides.pop("CONFIG_FILE", None)
-    app = Flask(__name__)
+    app = Flask(__name__, static_url_path=f"/static/{asset_version()}")
     app.config.update(load_settings(config_file, overrides=overrides))
+    app.config["SEND_FILE_MAX_AGE_DEFAULT"] = STATIC_MAX_AGE
     app.config["DEBUG"] = False
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.json.compact = True  # type: ignore[attr-defined]
@@ -56,7 +61,19 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     return app
 
 
+def asset_version() -> str:
+    """Returns a short hash of the static files' names and contents."""
+    digest = hashlib.sha256()
+    for path in sorted(STATIC.rglob("*")):
+        if path.is_file():
+            digest.update(path.relative_to(STATIC).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def _security_headers(response: Response) -> Response:
+    if request.endpoint == "static" and response.status_code == 200:
+        response.cache_control.immutable = True
     response.headers.setdefault("Content-Security-Policy", _CSP)
     response.headers.setdefault("X-Content-Type-Options", "nosniff")
     response.headers.setdefault("Referrer-Policy", "same-origin")

@@ -113,12 +113,13 @@ def test_pages_preload_every_module_they_import(client):
     ours = {path.name for path in js.glob("*.js")}
     for path, entry in (("/", "flamegraph.js"), ("/compare", "compare.js")):
         html = client.get(path).get_data(as_text=True)
-        preloaded = set(re.findall(r'rel="modulepreload" href="/static/js/([\w-]+\.js)"', html))
+        static = f"/static/{webui.asset_version()}"
+        preloaded = set(re.findall(rf'rel="modulepreload" href="{static}/js/([\w-]+\.js)"', html))
         imported = {name for name in ours if f"from './{name}'" in (js / entry).read_text()}
         assert {"state.js", "util.js"} <= preloaded  # util.js only through state.js
         assert imported <= preloaded <= ours - {entry}
         for name in preloaded:
-            with client.get(f"/static/js/{name}") as response:
+            with client.get(f"{static}/js/{name}") as response:
                 assert response.status_code == 200, name
 
 
@@ -137,10 +138,29 @@ def test_the_flamegraph_page_names_its_graph_request_for_preloading(client):
     assert 'rel="preload"' not in client.get("/compare").text
 
 
-def test_static_assets_are_served(client):
+def test_static_assets_are_served_below_their_hash_and_kept_by_browsers(client):
+    static = f"/static/{webui.asset_version()}"
+    assert f'src="{static}/vendor/d3.min.js"' in client.get("/").text
     for name in ("vendor/d3.min.js", "vendor/d3-flamegraph.min.js", "js/flamegraph.js"):
-        with client.get(f"/static/{name}") as response:
+        with client.get(f"{static}/{name}") as response:
             assert response.status_code == 200, name
+            assert response.cache_control.max_age == webui.STATIC_MAX_AGE
+            assert response.cache_control.immutable
+        assert client.get(f"/static/{name}").status_code == 404  # no URL without the hash
+    assert not client.get("/").cache_control.immutable
+
+
+def test_the_asset_hash_changes_with_any_static_file(tmp_path, monkeypatch):
+    (tmp_path / "js").mkdir()
+    (tmp_path / "js" / "a.js").write_text("one")
+    monkeypatch.setattr(webui, "STATIC", tmp_path)
+    first = webui.asset_version()
+    assert webui.asset_version() == first
+    (tmp_path / "js" / "a.js").write_text("two")
+    assert webui.asset_version() != first
+    (tmp_path / "js" / "a.js").write_text("one")
+    (tmp_path / "js" / "b.js").write_text("")
+    assert webui.asset_version() != first
 
 
 def basic(user: str, password: str) -> dict[str, str]:
