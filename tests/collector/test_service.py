@@ -232,3 +232,30 @@ def test_polls_after_the_first_ask_only_for_what_changed(sqlite_url, server, log
         assert stored(sqlite_url) == {"m;a": 8, "m;b": 2}
     finally:
         c.stop()
+
+
+def test_a_target_the_store_refuses_is_set_aside_and_the_others_are_written(db_url, logs):
+    from collector.store.rows import Limits as StoreLimits
+
+    good = DocServer(make_doc([(0, "m;a", 5)], instance="g1"))
+    bad = DocServer(make_doc([(0, "m;" + "x" * 40, 3)], instance="b1"))
+    c = make_collector(db_url, [good.address, bad.address])
+    try:
+        c.store.limits = StoreLimits(max_stack=30)  # the bad target's stack is too long to store
+        report = c.poll_cycle()
+        assert report.written
+        assert logs.matching("store refused a batch")
+        assert logs.matching("store refused a target's delta", f"target={bad.address}")
+        assert not logs.matching("store refused a target's delta", f"target={good.address}")
+        # The bad target counts again from what the store holds for it (nothing): once its
+        # snapshot can be stored, none of its samples are lost or counted twice.
+        bad.doc = make_doc([(0, "m;b", 4)], instance="b1")
+        good.doc = make_doc([(0, "m;a", 7)], instance="g1")
+        assert c.poll_cycle().written
+        assert c.poll_cycle().rows == 0
+    finally:
+        c.stop()
+        good.close()
+        bad.close()
+    assert stored(db_url, "g1") == {"m;a": 7}
+    assert stored(db_url, "b1") == {"m;b": 4}
