@@ -76,7 +76,8 @@ def function_stats(profile: Mapping[str, int], limit: int | None = None) -> list
     """Returns frames by self samples then total, counting a frame once per stack for total.
 
     A recursive function appears several times on one stack; its total counts that stack's
-    samples once, so no function's total exceeds the profile's total.
+    samples once, so no function's total exceeds the profile's total. An empty frame name
+    (the empty stack, or ``a;;b``) is no function: it is left out.
     """
     samples = FunctionSamples.of(profile)
     self_counts = samples.self_counts

@@ -267,7 +267,9 @@ def _add_counts(totals: dict[int, int], ids: list[int], counts: list[int]) -> No
     """Adds counts to ``totals`` by stack id."""
     if not totals:
         totals.update(zip(ids, counts, strict=True))
-        return
+        if len(totals) == len(ids):
+            return
+        totals.clear()  # an id came twice: add them up below
     get = totals.get
     for stack_id, count in zip(ids, counts, strict=True):
         totals[stack_id] = get(stack_id, 0) + count

@@ -62,10 +62,11 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
 
 
 def asset_version() -> str:
-    """Returns a short hash of the static files' names and contents."""
+    """Returns a short hash of the static files' names and contents (hidden files, such as
+    build_assets' temporary copies, left out)."""
     digest = hashlib.sha256()
     for path in sorted(STATIC.rglob("*")):
-        if path.is_file():
+        if path.is_file() and not path.name.startswith("."):
             digest.update(path.relative_to(STATIC).as_posix().encode() + b"\0")
             digest.update(path.read_bytes())
     return digest.hexdigest()[:12]

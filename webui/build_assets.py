@@ -40,6 +40,7 @@ def _copy_atomically(source: Path, target: Path) -> None:
     try:
         with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
             shutil.copyfileobj(src, out)
+        os.chmod(tmp, 0o644)  # mkstemp makes it 0600: the web UI may run as another user
         os.replace(tmp, target)
     except BaseException:
         os.unlink(tmp)

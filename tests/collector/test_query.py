@@ -136,6 +136,11 @@ def test_top_functions(fleet: Query) -> None:
     assert fleet.top_functions(T0, T0 + 180, limit=2) == top[:2]
 
 
+def test_empty_frame_names_are_no_functions() -> None:
+    stats = function_stats({"": 3, "a;;b": 2, "a": 1, "c": 0, "d": -4})
+    assert stats == [FunctionStat("b", 2, 2), FunctionStat("a", 1, 3)]
+
+
 def test_recursive_frames_count_once_in_total() -> None:
     stats = {s.name: s for s in function_stats({"a;b;a;b;a": 10, "a;c": 5, "b": 1})}
     assert stats["a"] == FunctionStat("a", 10, 15)
@@ -225,3 +230,13 @@ def test_plan_examples() -> None:
         Segment(60, 7200, 14400),
     ]
     assert plan(100, 100, states) == []
+
+
+def test_counts_of_an_id_read_twice_are_added() -> None:
+    from collector.query import _add_counts
+
+    totals: dict[int, int] = {}
+    _add_counts(totals, [1, 2, 1], [5, 1, 2])  # should not happen (one snapshot), but may not lose
+    assert totals == {1: 7, 2: 1}
+    _add_counts(totals, [2, 3], [1, 1])
+    assert totals == {1: 7, 2: 2, 3: 1}

@@ -216,3 +216,48 @@ def time_name(width: int, bucket: int) -> str:
 
     span = partition_span(width)
     return partition_name(width, bucket - bucket % span)
+
+
+def test_one_series_in_one_rolled_up_bucket_is_read_without_merging(store, monkeypatch) -> None:
+    fill(store, days=3)
+    store.rollup(NOW)
+    one = Filters(instances=("i-1",), labels=(("route", "/a"),))  # a single series
+    hour = NOW - 2 * DAY - (NOW % HOUR)  # a complete hour: one hourly row per stack
+    cases = [  # window, filters, whether its one segment is merged
+        ((hour, hour + HOUR), one, False),
+        ((hour, hour + 2 * HOUR), one, True),
+        ((hour + 1, hour + HOUR + 1), one, True),  # from 10-minute rows, several buckets
+        ((hour, hour + HOUR), ALL, True),  # several series
+    ]
+    q = Query(store)
+    assert [s.width for s in q.plan(hour, hour + HOUR)] == [3600]
+    read = store.engine.stack_counts
+    merged: list[bool] = []
+
+    def always_merging(conn, where, *, merge=True):  # type: ignore[no-untyped-def]
+        return read(conn, where, merge=True)
+
+    def recording(conn, where, *, merge=True):  # type: ignore[no-untyped-def]
+        merged.append(merge)
+        return read(conn, where, merge=merge)
+
+    monkeypatch.setattr(store.engine, "stack_counts", always_merging)
+    expected = [q.profile(*window, filters) for window, filters, _ in cases]
+    assert all(expected)
+    monkeypatch.setattr(store.engine, "stack_counts", recording)
+    for (window, filters, merge), profile in zip(cases, expected, strict=True):
+        merged.clear()
+        assert q.profile(*window, filters) == profile
+        assert merged == [merge], window
+
+
+def test_buckets_a_series_may_hold_in_a_segment() -> None:
+    from collector.query import _buckets_in
+    from collector.store.tiers import Segment
+
+    always = (0, 10**9)
+    assert _buckets_in(Segment(60, 100, 161), *always) == 1  # unaligned: only 120 starts in it
+    assert _buckets_in(Segment(60, 120, 181), *always) == 2
+    assert _buckets_in(Segment(600, 0, 1200), 180, 960) == 2  # rows at 0 and 600
+    assert _buckets_in(Segment(600, 0, 1200), 660, 960) == 1  # its rows start at 600
+    assert _buckets_in(Segment(60, 0, 600), 1980, 3000) == 0  # no rows there

@@ -114,3 +114,16 @@ def test_cursor_targets_with_array_syntax_round_trip(store: Store) -> None:
     assert {t: c.counts for t, c in cursors.items()} == {
         t: {(0, "main"): n + 1} for n, t in enumerate(targets)
     }
+
+
+def test_a_read_sees_one_snapshot_while_writes_commit(store: Store) -> None:
+    store.write([row(T0, "m;a", 1)])
+    query = Query(store)
+    samples = sa.select(sa.func.sum(sa.text("count"))).select_from(sa.text("samples"))
+    with store.engine.read_transaction() as conn:
+        assert conn.execute(samples).scalar() == 1
+        store.write([row(T0, "m;a", 2), row(T0 + 60, "m;b", 4)])  # commits meanwhile
+        assert conn.execute(samples).scalar() == 1
+    with store.engine.read_transaction() as conn:
+        assert conn.execute(samples).scalar() == 7
+    assert query.profile(T0, T0 + 120) == {"m;a": 3, "m;b": 4}

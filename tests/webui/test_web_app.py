@@ -160,7 +160,10 @@ def test_the_asset_hash_changes_with_any_static_file(tmp_path, monkeypatch):
     assert webui.asset_version() != first
     (tmp_path / "js" / "a.js").write_text("one")
     (tmp_path / "js" / "b.js").write_text("")
-    assert webui.asset_version() != first
+    second = webui.asset_version()
+    assert second != first
+    (tmp_path / "js" / ".b.js.tmp1234").write_text("half written")  # build_assets' temp file
+    assert webui.asset_version() == second
 
 
 def basic(user: str, password: str) -> dict[str, str]:
@@ -257,6 +260,10 @@ def test_build_assets_copies_the_npm_files(tmp_path):
 
     written = build_assets(ROOT, tmp_path / "vendor", install=False)
     assert sorted(p.name for p in written) == sorted(name for _, name in ASSETS)
+    assert {p.stat().st_mode & 0o777 for p in written} == {0o644}  # readable by the server
+    assert sorted(p.name for p in (tmp_path / "vendor").iterdir()) == sorted(
+        p.name for p in written
+    )
     bundle = (tmp_path / "vendor" / "d3-flamegraph.min.js").read_text()
     # 5.x's UMD bundle exports a namespace with `default`: webui/static/js/flame.js handles it.
     assert "default" in bundle

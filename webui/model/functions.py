@@ -11,13 +11,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from collector.functions import FunctionSamples, count_frames
+from collector.functions import FunctionSamples
 from sampler.profile import unescape_frame
 
 __all__ = [
     "FunctionChange",
     "FunctionSamples",
-    "count_frames",
     "rank_changes",
     "top_functions",
 ]

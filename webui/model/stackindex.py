@@ -14,8 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from itertools import compress
 from operator import itemgetter
 
+from collector.functions import FunctionSamples, count_frames
+
 from .flametree import SEPARATOR, Bounds, SortedStacks, folded_of, sort_keys
-from .functions import FunctionSamples, count_frames
 
 __all__ = ["StackIndex"]
 

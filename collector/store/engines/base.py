@@ -127,10 +127,8 @@ class Engine:
         aligned lists. ``merge=False`` when the rows hold each stack once already (one bucket
         of one series): they are read as they are, without grouping them."""
         s = schema.samples
-        stmt = sa.select(s.c.stack_id, sa.cast(sa.func.sum(s.c.count), sa.BigInteger))
-        if not merge:
-            stmt = sa.select(s.c.stack_id, s.c.count)
-        stmt = stmt.where(*where)
+        count = sa.cast(sa.func.sum(s.c.count), sa.BigInteger) if merge else s.c.count
+        stmt = sa.select(s.c.stack_id, count).where(*where)
         if merge:
             stmt = stmt.group_by(s.c.stack_id)
         # The driver's rows as they come: SQLAlchemy's row objects would triple the cost of

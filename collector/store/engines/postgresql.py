@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -69,6 +70,15 @@ class PostgreSQLEngine(Engine):
                 "options": f"-c lock_timeout={int(options.busy_timeout * 1000)}",
             },
         )
+
+    @contextlib.contextmanager
+    def read_transaction(self) -> Iterator[sa.Connection]:
+        """Yields a connection in a REPEATABLE READ transaction: every statement sees the same
+        snapshot (READ COMMITTED, the default, takes a new one for each statement)."""
+        with self.sa_engine.connect() as conn:
+            conn.execution_options(isolation_level="REPEATABLE READ")
+            with conn.begin():
+                yield conn
 
     def dialect_insert(self, table: sa.Table):  # type: ignore[no-untyped-def]
         """Returns PostgreSQL's INSERT construct."""

@@ -102,14 +102,11 @@ class SQLiteEngine(Engine):
         if sqlite3.sqlite_version_info < (3, 38):  # JSON functions are built in from 3.38
             return super().stack_counts(conn, where, merge=merge)
         s = schema.samples
-        rows = sa.select(s.c.stack_id, s.c.count).where(*where)
+        count = sa.func.sum(s.c.count) if merge else s.c.count
+        stmt = sa.select(s.c.stack_id, count.label("count")).where(*where)
         if merge:
-            rows = (
-                sa.select(s.c.stack_id, sa.func.sum(s.c.count).label("count"))
-                .where(*where)
-                .group_by(s.c.stack_id)
-            )
-        sums = rows.subquery()
+            stmt = stmt.group_by(s.c.stack_id)
+        sums = stmt.subquery()
         stmt = sa.select(
             sa.func.json_group_array(sums.c.stack_id), sa.func.json_group_array(sums.c.count)
         )
