@@ -205,8 +205,8 @@ class Query:
     def _single_series_span(self, conn: sa.Connection, series: sa.Select) -> tuple[int, int] | None:
         """Returns the first and last bucket of the only series matching, if one does."""
         sr = schema.series
-        found = conn.execute(series.with_only_columns(sr.c.first_bucket, sr.c.last_bucket).limit(2))
-        rows = found.all()
+        span = series.with_only_columns(sr.c.first_bucket, sr.c.last_bucket).limit(2)
+        rows = conn.execute(span).all()
         return (rows[0][0], rows[0][1]) if len(rows) == 1 else None
 
     def _stack_names(
