@@ -119,6 +119,12 @@ class Query:
         with translate_errors("reading stack names"), self.store.engine.read_transaction() as conn:
             return self._stack_names(conn, ids, cache)
 
+    def stack_lines(self, ids: Iterable[int]) -> tuple[list[int], str]:
+        """Returns the folded text of stacks one per line, and their ids in the same order
+        (see Engine.stack_lines); ids not stored are left out."""
+        with translate_errors("reading stack names"), self.store.engine.read_transaction() as conn:
+            return self.store.engine.stack_lines(conn, list(ids))
+
     def tree(self, start: int, end: int, filters: Filters = Filters()) -> Node:
         """Returns the call tree of the merged profile (sampler.profile.Node; to_dict() for d3)."""
         return build_tree(self.profile(start, end, filters))

@@ -166,7 +166,7 @@ class Database:
                 query = Query(store)
                 self._store, self._query = store, query
                 self._index = StackIndex(
-                    lambda ids: query.stack_names(ids, cache=False),
+                    query.stack_lines,
                     max_bytes=self.stack_index_mb * 1_000_000,
                 )
             return self._query, self._index

@@ -74,6 +74,29 @@ def test_stack_texts_in_one_query_agree_with_the_chunked_fallback(fleet: Query) 
         assert engine.stack_texts(conn, []) == []
 
 
+def test_stack_lines_in_one_row_agree_with_the_rows(fleet: Query) -> None:
+    import sqlalchemy as sa
+
+    from collector.store import schema
+    from collector.store.engines.base import Engine
+
+    engine = fleet.store.engine
+    odd = 4242  # a text the store would refuse, written by another writer
+    with engine.write_transaction() as conn:
+        conn.execute(sa.insert(schema.stacks).values(id=odd, folded="x;y\nz"))
+    stored = list(fleet.profile_ids(T0, T0 + 180))
+    texts = fleet.stack_names(stored, cache=False)
+    for ids in ([*stored, 12345], [*stored, odd], [stored[0]], [odd], [12345], []):
+        with engine.read_transaction() as conn:
+            found, lines = engine.stack_lines(conn, ids)
+            assert (found, lines) == Engine.stack_lines(engine, conn, ids)
+        expected = {**texts, odd: "x;y%0Az"}
+        assert dict(zip(found, lines.split("\n") if found else [], strict=True)) == {
+            sid: expected[sid] for sid in ids if sid != 12345
+        }
+    assert fleet.stack_lines([stored[0]]) == ([stored[0]], texts[stored[0]])
+
+
 def test_stack_counts_in_one_row_agree_with_the_driver_rows(fleet: Query) -> None:
     from collector.store import schema
     from collector.store.engines.base import Engine

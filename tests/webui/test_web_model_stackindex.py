@@ -28,15 +28,17 @@ def catalogue(rng: random.Random, stacks: int) -> dict[int, str]:
 
 
 class Names:
-    """A name reader that counts what it was asked for."""
+    """A reader of stack text as the store's (Query.stack_lines) that counts what it was
+    asked for."""
 
     def __init__(self, names: dict[int, str]) -> None:
         self.names = names
         self.asked: list[int] = []
 
-    def __call__(self, ids: list[int]) -> dict[int, str]:
+    def __call__(self, ids: list[int]) -> tuple[list[int], str]:
         self.asked += ids
-        return {sid: self.names[sid] for sid in ids if sid in self.names}
+        found = [sid for sid in ids if sid in self.names]
+        return found, "\n".join(self.names[sid].replace("\n", "%0A") for sid in found)
 
 
 def window(rng: random.Random, names: dict[int, str], size: int) -> dict[int, int]:

@@ -201,3 +201,13 @@ def test_diff_pruning_is_bounded_and_shares_add_up():
         if node["name"] != PRUNED and len(path) > 1:
             assert node["samples_a"] == true_total(a, path)
             assert node["samples_b"] == true_total(b, path)
+
+
+def test_sort_keys_of_lines_are_those_of_each_stack():
+    from webui.model.flametree import sort_keys_of_lines
+
+    stacks = ["a;b", "a\x01b;c", "", "x\x02;y", "a;b;c"]
+    assert sort_keys_of_lines("\n".join(stacks), len(stacks)) == sort_keys(stacks)
+    assert sort_keys_of_lines("", 0) == [] and sort_keys_of_lines("", 1) == [""]
+    with pytest.raises(ValueError, match="expected 2 stacks, got 3"):
+        sort_keys_of_lines("a\nb\nc", 2)

@@ -34,6 +34,7 @@ __all__ = [
     "folded_of",
     "sort_key",
     "sort_keys",
+    "sort_keys_of_lines",
     "sort_stacks",
 ]
 
@@ -166,6 +167,16 @@ def sort_keys(stacks: list[str]) -> list[str]:
     if len(keys) != len(stacks) or _SEP in joined or _END in joined:
         # Not valid folded text (control characters in a frame); keep it drawable anyway.
         keys = list(map(sort_key, stacks))
+    return keys
+
+
+def sort_keys_of_lines(lines: str, count: int) -> list[str]:
+    """Returns the sort keys of ``count`` folded stacks given one per line (see sort_key)."""
+    if _SEP in lines or _END in lines:
+        lines = lines.replace(_SEP, "%01").replace(_END, "%02")  # as sort_key does
+    keys = lines.replace(";", _SEP).split("\n") if count else []
+    if len(keys) != count:
+        raise ValueError(f"expected {count} stacks, got {len(keys)} lines")
     return keys
 
 

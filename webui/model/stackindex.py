@@ -16,12 +16,13 @@ from operator import itemgetter
 
 from collector.functions import FunctionSamples, count_frames
 
-from .flametree import SEPARATOR, Bounds, SortedStacks, folded_of, sort_keys
+from .flametree import SEPARATOR, Bounds, SortedStacks, folded_of, sort_key, sort_keys_of_lines
 
 __all__ = ["StackIndex"]
 
-# Reads the folded text of stacks by id (ids it does not know may be left out).
-NameReader = Callable[[list[int]], Mapping[int, str]]
+# Reads the folded text of stacks, one per line, and their ids in the same order (ids it does
+# not know may be left out): see collector's Query.stack_lines.
+LineReader = Callable[[list[int]], tuple[list[int], str]]
 # A window holding at least 1/_SPREAD of the known stacks is put in order by spreading its
 # counts over all of them, which costs less than sorting it.
 _SPREAD = 8
@@ -46,8 +47,8 @@ class StackIndex:
     (a single window larger than the bound is still served, and then held alone).
     """
 
-    def __init__(self, read_names: NameReader, *, max_bytes: int = 300_000_000) -> None:
-        self.read_names = read_names
+    def __init__(self, read_lines: LineReader, *, max_bytes: int = 300_000_000) -> None:
+        self.read_lines = read_lines
         self.max_bytes = max_bytes
         self._lock = threading.RLock()
         # (keys in order, their stack ids, stack id -> position, the node boundaries found in
@@ -134,13 +135,15 @@ class StackIndex:
         self._frames, self._frame_names, self._frame_bytes = {}, {}, 0
 
     def _read(self, ids: list[int]) -> tuple[list[str], list[int]]:
-        """Reads the names of ``ids``: their sort keys and ids, in order."""
-        names = self.read_names(ids)
-        if not all(map(names.__contains__, ids)):
-            names = dict(names)
-            for sid in [sid for sid in ids if sid not in names]:
-                names[sid] = f"[unknown stack {sid}]"
-        return _in_order(sort_keys(list(map(names.__getitem__, ids))), ids)
+        """Reads the text of ``ids``: their sort keys and ids, in order."""
+        found, lines = self.read_lines(ids)
+        keys = sort_keys_of_lines(lines, len(found))
+        if len(found) < len(ids):
+            known = set(found)
+            missing = [sid for sid in ids if sid not in known]
+            found = found + missing
+            keys = keys + [sort_key(f"[unknown stack {sid}]") for sid in missing]
+        return _in_order(keys, found)
 
     def _learn(self, ids: list[int]) -> _State:
         with self._lock:

