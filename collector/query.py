@@ -113,11 +113,11 @@ class Query:
             totals = {sid: count for sid, count in totals.items() if count > 0}
         return totals
 
-    def stack_names(self, ids: Iterable[int], *, cache: bool = True) -> dict[int, str]:
-        """Returns the folded text of stacks by id; ``cache=False`` for callers keeping
-        their own (the names of a large window take as much memory as its text)."""
+    def stack_names(self, ids: Iterable[int]) -> dict[int, str]:
+        """Returns the folded text of stacks by id (remembered, up to a million stacks; the
+        web UI reads large windows with stack_lines and keeps its own)."""
         with translate_errors("reading stack names"), self.store.engine.read_transaction() as conn:
-            return self._stack_names(conn, ids, cache)
+            return self._stack_names(conn, ids)
 
     def stack_lines(self, ids: Iterable[int]) -> tuple[list[int], str]:
         """Returns the folded text of stacks one per line, and their ids in the same order
@@ -215,16 +215,12 @@ class Query:
         rows = conn.execute(span).all()
         return (rows[0][0], rows[0][1]) if len(rows) == 1 else None
 
-    def _stack_names(
-        self, conn: sa.Connection, ids: Iterable[int], cache: bool = True
-    ) -> dict[int, str]:
+    def _stack_names(self, conn: sa.Connection, ids: Iterable[int]) -> dict[int, str]:
         wanted = list(ids)
-        known = self._stacks if cache else {}
-        if cache and len(known) + len(wanted) > _STACK_CACHE_LIMIT:
+        known = self._stacks
+        if len(known) + len(wanted) > _STACK_CACHE_LIMIT:
             self._stacks = known = {}  # replaced, not cleared: other threads may be reading it
         known.update(self.store.engine.stack_texts(conn, [s for s in wanted if s not in known]))
-        if not cache and len(known) == len(wanted):
-            return known
         # Entries are never removed from `known` (the cache is replaced whole), so this is safe
         # while other threads add to it.
         return {sid: known[sid] if sid in known else f"[unknown stack {sid}]" for sid in wanted}

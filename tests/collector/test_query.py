@@ -54,7 +54,7 @@ def test_profile_by_stack_id_and_the_names_of_the_ids(fleet: Query) -> None:
     window = (T0, T0 + 180)
     by_id = fleet.profile_ids(*window)
     assert all(type(sid) is int and type(count) is int for sid, count in by_id.items())
-    names = fleet.stack_names(by_id, cache=False)
+    names = fleet.stack_names(by_id)
     assert {names[sid]: count for sid, count in by_id.items()} == fleet.profile(*window)
     # A bucket counts when its start lies in the window: the last two minutes here.
     assert sum(fleet.profile_ids(T0 + 30, T0 + 180).values()) == 30
@@ -85,7 +85,7 @@ def test_stack_lines_in_one_row_agree_with_the_rows(fleet: Query) -> None:
     with engine.write_transaction() as conn:
         conn.execute(sa.insert(schema.stacks).values(id=odd, folded="x;y\nz"))
     stored = list(fleet.profile_ids(T0, T0 + 180))
-    texts = fleet.stack_names(stored, cache=False)
+    texts = fleet.stack_names(stored)
     for ids in ([*stored, 12345], [*stored, odd], [stored[0]], [odd], [12345], []):
         with engine.read_transaction() as conn:
             found, lines = engine.stack_lines(conn, ids)
