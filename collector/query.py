@@ -121,9 +121,9 @@ class Query:
 
     def stack_lines(self, ids: Iterable[int]) -> tuple[list[int], str]:
         """Returns the folded text of stacks one per line, and their ids in the same order
-        (see Engine.stack_lines); ids not stored are left out."""
-        with translate_errors("reading stack names"), self.store.engine.read_transaction() as conn:
-            return self.store.engine.stack_lines(conn, list(ids))
+        (see Engine.stack_lines); ids not stored are left out, and each comes once."""
+        with translate_errors("reading stack text"), self.store.engine.read_transaction() as conn:
+            return self.store.engine.stack_lines(conn, list(dict.fromkeys(ids)))
 
     def tree(self, start: int, end: int, filters: Filters = Filters()) -> Node:
         """Returns the call tree of the merged profile (sampler.profile.Node; to_dict() for d3)."""

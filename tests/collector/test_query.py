@@ -74,27 +74,53 @@ def test_stack_texts_in_one_query_agree_with_the_chunked_fallback(fleet: Query) 
         assert engine.stack_texts(conn, []) == []
 
 
-def test_stack_lines_in_one_row_agree_with_the_rows(fleet: Query) -> None:
+def test_stack_lines_in_one_row_agree_with_the_rows(fleet: Query, monkeypatch) -> None:
+    import sqlite3
+
     import sqlalchemy as sa
 
     from collector.store import schema
+    from collector.store.engines import sqlite as sqlite_engine
     from collector.store.engines.base import Engine
 
     engine = fleet.store.engine
-    odd = 4242  # a text the store would refuse, written by another writer
+    odd, empty, long = 4242, 4343, 4444  # the first two the store would refuse
     with engine.write_transaction() as conn:
         conn.execute(sa.insert(schema.stacks).values(id=odd, folded="x;y\nz"))
+        conn.execute(sa.insert(schema.stacks).values(id=empty, folded=""))
+        conn.execute(sa.insert(schema.stacks).values(id=long, folded="f;" * 60 + "g"))
     stored = list(fleet.profile_ids(T0, T0 + 180))
-    texts = fleet.stack_names(stored)
-    for ids in ([*stored, 12345], [*stored, odd], [stored[0]], [odd], [12345], []):
+    texts = {**fleet.stack_names(stored), odd: "x;y%0Az", empty: "", long: "f;" * 60 + "g"}
+    cases = [[*stored, 12345], [*stored, odd], [stored[0]], [odd], [empty], [empty, *stored]]
+    cases += [[12345], []]
+
+    def by_id(found: list[int], lines: str) -> dict[int, str]:
+        assert len(set(found)) == len(found)
+        return dict(zip(found, lines.split("\n") if found else [], strict=True))
+
+    def check() -> None:
+        for ids in cases:
+            with engine.read_transaction() as conn:
+                read = by_id(*engine.stack_lines(conn, ids))
+                assert read == by_id(*Engine.stack_lines(engine, conn, ids))
+            assert read == {sid: texts[sid] for sid in ids if sid != 12345}
+
+    check()
+    monkeypatch.setattr(sqlite_engine, "_LINES_CHUNK", 2)  # several rows of lines
+    check()
+    assert fleet.stack_lines([stored[0], stored[0]]) == ([stored[0]], texts[stored[0]])
+    if engine.name == "sqlite":
+        # Lines longer than SQLite's longest string are read a string per stack.
         with engine.read_transaction() as conn:
-            found, lines = engine.stack_lines(conn, ids)
-            assert (found, lines) == Engine.stack_lines(engine, conn, ids)
-        expected = {**texts, odd: "x;y%0Az"}
-        assert dict(zip(found, lines.split("\n") if found else [], strict=True)) == {
-            sid: expected[sid] for sid in ids if sid != 12345
-        }
-    assert fleet.stack_lines([stored[0]]) == ([stored[0]], texts[stored[0]])
+            driver = conn.connection.driver_connection
+            old = driver.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 125)  # one text fits, not two
+            try:
+                ids = [long, stored[0]]
+                with pytest.raises(sa.exc.DataError):
+                    conn.exec_driver_sql(sqlite_engine._STACK_LINES, (str(ids),))
+                assert by_id(*engine.stack_lines(conn, ids)) == {i: texts[i] for i in ids}
+            finally:
+                driver.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, old)
 
 
 def test_stack_counts_in_one_row_agree_with_the_driver_rows(fleet: Query) -> None:

@@ -37,7 +37,7 @@ class Names:
 
     def __call__(self, ids: list[int]) -> tuple[list[int], str]:
         self.asked += ids
-        found = [sid for sid in ids if sid in self.names]
+        found = sorted(sid for sid in ids if sid in self.names)  # not in the order asked
         return found, "\n".join(self.names[sid].replace("\n", "%0A") for sid in found)
 
 
