@@ -125,6 +125,27 @@ class Query:
         with translate_errors("reading stack text"), self.store.engine.read_transaction() as conn:
             return self.store.engine.stack_lines(conn, list(dict.fromkeys(ids)))
 
+    def recent_stacks(self, start: int, end: int) -> list[int]:
+        """Returns the ids of every stack with samples in [start, end), whatever its series,
+        the most recently sampled first."""
+        start, end = _check_window(start, end)
+        s = schema.samples
+        last: dict[int, int] = {}
+        with (
+            translate_errors("reading recent stacks"),
+            self.store.engine.read_transaction() as conn,
+        ):
+            for seg in plan(start, end, self.store.tier_states(conn)):
+                stmt = (
+                    sa.select(s.c.stack_id, sa.func.max(s.c.bucket))
+                    .where(*self._segment_where(seg))
+                    .group_by(s.c.stack_id)
+                )
+                for sid, bucket in conn.execute(stmt):
+                    if bucket > last.get(sid, bucket - 1):
+                        last[sid] = bucket
+        return sorted(last, key=last.__getitem__, reverse=True)
+
     def tree(self, start: int, end: int, filters: Filters = Filters()) -> Node:
         """Returns the call tree of the merged profile (sampler.profile.Node; to_dict() for d3)."""
         return build_tree(self.profile(start, end, filters))

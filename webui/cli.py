@@ -10,6 +10,7 @@ import argparse
 import logging
 import sys
 
+from collector.store import StoreError
 from webui.settings import SETTINGS, SettingsError
 
 __all__ = ["main"]
@@ -50,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fleetflame web: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        app.extensions["fleetflame_db"].open()  # starts warming the stack index now
+    except StoreError as exc:
+        print(f"fleetflame web: {exc}", file=sys.stderr)  # each request will say so too
     print(
         f"fleetflame web UI on http://{args.host}:{args.port}/ (development server: "
         "run gunicorn 'webui:create_app()' in production)",

@@ -9,6 +9,7 @@ times: graph, table, export), reused for a few seconds or for as long as its win
 settled; an LRU of results derived from settled windows (pruned trees, tables), which cannot
 change any more; and the sort order of every stack read so far (webui.model.StackIndex, the
 one that takes memory: the stacks' text, once), so a window's stacks are sorted as integers.
+Opening the store starts warming that index with the stacks of the last hours (webui.warmup).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from collector.query import Filters, Query
 from collector.store import Store, StoreUnavailable
 from webui.model import FunctionSamples, SortedStacks, StackIndex
 from webui.params import Selection
+from webui.warmup import Warmer
 
 __all__ = ["Database", "get_db", "init_app", "mark_unavailable", "paused_gc", "readonly_url"]
 
@@ -133,17 +135,20 @@ class Database:
         bucket_seconds: int = 60,
         cache_entries: int = 16,
         stack_index_mb: int = 300,
+        warm_hours: float = 24,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.url = url
         self.bucket_seconds = bucket_seconds
         self.cache_entries = cache_entries
         self.stack_index_mb = stack_index_mb
+        self.warm_hours = warm_hours
         self.clock = clock
         self._lock = threading.Lock()
         self._store: Store | None = None
         self._query: Query | None = None
         self._index: StackIndex | None = None
+        self.warmer: Warmer | None = None
         self._last: tuple[Selection, float, dict[int, int]] | None = None
         self._results: OrderedDict[Hashable, Any] = OrderedDict()
 
@@ -157,6 +162,10 @@ class Database:
         """The sort order of the stacks read so far, opening the store on first use."""
         return self._open()[1]
 
+    def open(self) -> None:
+        """Opens the store now rather than on first use, which starts warming the index."""
+        self._open()
+
     def _open(self) -> tuple[Query, StackIndex]:
         with self._lock:
             if self._query is None or self._index is None:
@@ -169,6 +178,15 @@ class Database:
                     query.stack_lines,
                     max_bytes=self.stack_index_mb * 1_000_000,
                 )
+                if self.warm_hours > 0:
+                    self.warmer = Warmer(
+                        query,
+                        self._index,
+                        hours=self.warm_hours,
+                        bucket_seconds=self.bucket_seconds,
+                        clock=self.clock,
+                    )
+                    self.warmer.start()
             return self._query, self._index
 
     def settled(self, *selections: Selection) -> bool:
@@ -223,11 +241,13 @@ class Database:
                 self._store.engine.dispose()
 
     def close(self) -> None:
-        """Closes the store; the next use opens it again."""
+        """Stops warming and closes the store; the next use opens it again."""
+        if self.warmer is not None:
+            self.warmer.stop()
         with self._lock:
             if self._store is not None:
                 self._store.close()
-            self._store = self._query = self._index = self._last = None
+            self._store = self._query = self._index = self._last = self.warmer = None
             self._results.clear()
 
 
@@ -238,6 +258,7 @@ def init_app(app: Flask) -> None:
         bucket_seconds=app.config["BUCKET_SECONDS"],
         cache_entries=app.config["CACHE_ENTRIES"],
         stack_index_mb=app.config["STACK_INDEX_MB"],
+        warm_hours=app.config["WARM_HOURS"],
     )
     app.teardown_appcontext(_teardown)
 

@@ -109,6 +109,14 @@ SETTINGS: tuple[Setting, ...] = (
         "(their text once, plus ~400 bytes each), which makes windows of many distinct stacks "
         "fast; past it the frames go, then the order starts over with the window at hand.",
     ),
+    Setting(
+        "warm_hours",
+        float,
+        24.0,
+        "When a process first opens the database, it reads the stacks sampled in this many "
+        "past hours into its stack index in the background (most recent first, up to half of "
+        "stack_index_mb), so the first views after a restart are as fast as later ones; 0: off.",
+    ),
 )
 
 _BY_NAME = {setting.name: setting for setting in SETTINGS}
@@ -194,6 +202,10 @@ def load_settings(
     for name in _POSITIVE:
         if config[name.upper()] <= 0:
             raise SettingsError(f"{name}: must be positive, got {config[name.upper()]!r}")
+    if config["WARM_HOURS"] < 0:
+        raise SettingsError(
+            f"warm_hours: must be 0 (off) or positive, got {config['WARM_HOURS']!r}"
+        )
     if config["MAX_NODES"] < 10 or config["MAX_NODES_LIMIT"] < config["MAX_NODES"]:
         raise SettingsError("max_nodes must be at least 10 and at most max_nodes_limit")
     if bool(config["AUTH_USER"]) != bool(config["AUTH_PASSWORD"]):

@@ -289,3 +289,31 @@ def test_counts_of_an_id_read_twice_are_added() -> None:
     assert totals == {1: 7, 2: 1}
     _add_counts(totals, [2, 3], [1, 1])
     assert totals == {1: 7, 2: 2, 3: 1}
+
+
+def test_recent_stacks_most_recent_first(store: Store) -> None:
+    store.write(
+        [
+            row(T0, "m;old", 5),
+            row(T0 + 60, "m;mid", 1, service="batch"),
+            row(T0 + 660, "m;new", 2, host="web-9", labels={"v": "3"}),
+            row(T0 + 600, "m;mid", 1),
+            row(T0 + 120, "m;mid", 1),
+        ]
+    )
+    query = Query(store)
+    ids = {text: stack_id(query, text) for text in ("m;old", "m;mid", "m;new")}
+    # Every series counts; each stack once, by its last sample.
+    assert query.recent_stacks(T0, T0 + 3600) == [ids["m;new"], ids["m;mid"], ids["m;old"]]
+    assert query.recent_stacks(T0 + 60, T0 + 120) == [ids["m;mid"]]
+    assert query.recent_stacks(T0 + 7200, T0 + 9000) == []
+    # Once rolled up, an aligned window is read from coarser rows: the same stacks.
+    store.rollup(T0 + 86400 * 8)
+    assert sorted(query.recent_stacks(T0, T0 + 3600)) == sorted(ids.values())
+    with pytest.raises(InvalidQuery, match="before its start"):
+        query.recent_stacks(T0 + 60, T0)
+
+
+def stack_id(query: Query, text: str) -> int:
+    ids = query.profile_ids(T0, T0 + 3600)
+    return next(sid for sid, name in query.stack_names(ids).items() if name == text)

@@ -129,8 +129,8 @@ def test_the_demo_runs_headless_shows_the_regression_and_stops_cleanly(tmp_path)
     # What the compare view shows: the web API ranks the regression among the largest changes.
     from webui import create_app
 
-    client = create_app({"DATABASE_URL": state["database_url"]}).test_client()
-    response = client.get(
+    app = create_app({"DATABASE_URL": state["database_url"]})
+    response = app.test_client().get(
         "/api/diff",
         query_string={
             "service": "demo-shop",
@@ -141,6 +141,7 @@ def test_the_demo_runs_headless_shows_the_regression_and_stops_cleanly(tmp_path)
             "limit": "10",
         },
     )
+    app.extensions["fleetflame_db"].close()
     assert response.status_code == 200, response.get_data(as_text=True)
     functions = response.get_json()["functions"]
     names = [f["name"] for f in functions]

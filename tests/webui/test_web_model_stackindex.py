@@ -18,6 +18,7 @@ from webui.model import (
     flame_tree_sorted,
 )
 from webui.model.flametree import sort_stacks
+from webui.model.stackindex import _STACK_OVERHEAD
 
 
 def catalogue(rng: random.Random, stacks: int) -> dict[int, str]:
@@ -205,3 +206,53 @@ def test_the_frame_cache_starts_over_past_its_budget():
         counts = window(rng, names, 60)
         assert index.function_samples(counts) == FunctionSamples.of(by_text(names, counts))
         assert index._bytes + index._frame_bytes <= 40_000 + 60 * (150 + 8 * 20)
+
+
+def test_warming_learns_stacks_in_the_order_given_a_chunk_at_a_time():
+    rng = random.Random(11)
+    names = catalogue(rng, 300)
+    order = rng.sample(sorted(names), len(names))
+    reads: list[list[int]] = []
+    reader = Names(names)
+    index = StackIndex(lambda ids: reads.append(ids) or reader(ids), max_bytes=200_000)
+    known = window(rng, names, 20)
+    index.arrange([known])
+    learned = index.warm(order, share=0.5, chunk=64)
+    # Skipping what it knew, a chunk at a time until half the bound is used.
+    assert 0 < learned < len(names) - len(known)
+    assert index._bytes >= 100_000 and len(index) == len(known) + learned
+    expected = [sid for sid in order if sid not in known][:learned]
+    assert sum(reads[1:], []) == expected
+    assert max(map(len, reads[1:])) <= 64 and len(reads) > 3
+    chunks = len(reads)
+    # What it learned is in order: a window of it reads nothing more.
+    counts = {sid: 1 for sid in expected}
+    assert with_samples(index.arrange([counts])) == with_samples(
+        sort_stacks([by_text(names, counts)])
+    )
+    assert len(reads) == chunks
+
+
+def test_warming_stops_when_asked_and_never_makes_the_index_start_over():
+    rng = random.Random(12)
+    names = catalogue(rng, 200)
+    everything = sorted(names)
+    assert StackIndex(Names(names)).warm(everything, stop=lambda: True) == 0
+    # A request fills the index while warming goes on: a chunk that does not fit is not kept.
+    per_stack = max(map(len, names.values())) + _STACK_OVERHEAD
+    index = StackIndex(Names(names), max_bytes=50 * per_stack)
+    busy = {sid: 1 for sid in everything[-45:]}
+    asked: list[int] = []
+
+    def request_meanwhile() -> bool:
+        if not asked:
+            index.arrange([busy])
+        asked.append(len(index))
+        return False
+
+    index.warm(everything, share=1.0, chunk=10, stop=request_meanwhile)
+    assert asked[0] == len(busy) and index._bytes <= index.max_bytes
+    reader = Names(names)
+    index.read_lines = reader
+    index.arrange([busy])
+    assert reader.asked == []  # the request's stacks are all still known

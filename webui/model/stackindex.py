@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from itertools import compress
 from operator import itemgetter
+from typing import overload
 
 from collector.functions import FunctionSamples, count_frames
 
@@ -111,6 +112,30 @@ class StackIndex:
         ids = [sid for sid, count in counts.items() if count > 0]
         return count_frames(self._frames_of(ids), list(map(counts.__getitem__, ids)))
 
+    def warm(
+        self,
+        ids: Sequence[int],
+        *,
+        share: float = 0.5,
+        chunk: int = 50_000,
+        stop: Callable[[], bool] = lambda: False,
+    ) -> int:
+        """Learns stacks in the order given until they fill ``share`` of the bound, never
+        making room for them; returns how many were new.
+
+        Reads ``chunk`` stacks at a time, so a request that needs the index waits for one
+        chunk at most; ``stop`` is asked between chunks.
+        """
+        before = len(self)
+        for i in range(0, len(ids), chunk):
+            if stop() or self._bytes >= self.max_bytes * share:
+                break
+            rank = self._state[2]
+            new = [sid for sid in ids[i : i + chunk] if sid not in rank]
+            if new and self._learn(new, make_room=False) is None:
+                break  # requests filled the index meanwhile
+        return len(self) - before
+
     def _frames_of(self, ids: list[int]) -> list[tuple[str, ...]]:
         cache = self._frames
         found = list(map(cache.get, ids))
@@ -145,13 +170,22 @@ class StackIndex:
             keys = keys + [sort_key(f"[unknown stack {sid}]") for sid in missing]
         return _in_order(keys, found)
 
-    def _learn(self, ids: list[int]) -> _State:
+    @overload
+    def _learn(self, ids: list[int]) -> _State: ...
+    @overload
+    def _learn(self, ids: list[int], *, make_room: bool) -> _State | None: ...
+
+    def _learn(self, ids: list[int], *, make_room: bool = True) -> _State | None:
+        """Adds the stacks of ``ids`` it lacks; past the bound it makes room for them, or
+        with ``make_room`` false adds nothing and returns None."""
         with self._lock:
             keys, known_ids, rank, _ = self._state
             new_keys, new_ids = self._read([sid for sid in ids if sid not in rank])
             if not new_keys:
                 return self._state  # another thread learned them meanwhile
             added = sum(map(len, new_keys)) + _STACK_OVERHEAD * len(new_keys)
+            if not make_room and self._bytes + self._frame_bytes + added > self.max_bytes:
+                return None
             if self._bytes + self._frame_bytes + added > self.max_bytes:
                 self._drop_frames()
             if self._bytes + added > self.max_bytes and keys:

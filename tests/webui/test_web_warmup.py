@@ -1,0 +1,90 @@
+"""Warming the stack index when a process first opens the database."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from webhelpers import FLEET, T0
+
+from webui.db import Database
+from webui.params import Selection
+from webui.warmup import THREAD_NAME
+
+DISTINCT = len({stack for stacks in FLEET.values() for stack in stacks})
+
+
+def reads_of(database: Database) -> list[list[int]]:
+    """Records every read of stack text the database's index makes from now on."""
+    reads: list[list[int]] = []
+    index = database.index
+    real = index.read_lines
+    index.read_lines = lambda ids: reads.append(ids) or real(ids)
+    return reads
+
+
+def test_the_stacks_of_the_last_hours_are_known_before_the_first_view(fleet_url):
+    # The fleet's hour of samples ended 30 minutes ago.
+    database = Database(fleet_url, warm_hours=2, clock=lambda: T0 + 5400)
+    try:
+        assert database.warmer is None  # nothing opened yet (a preloading server forks later)
+        database.open()  # it opens on first use otherwise
+        assert database.warmer is not None and database.warmer.wait(30)
+        assert database.warmer.learned == len(database.index) == DISTINCT
+        reads = reads_of(database)
+        tree = database.sorted_stacks(Selection(T0, T0 + 3600))
+        assert len(tree.keys) == DISTINCT and reads == []
+    finally:
+        database.close()
+    assert not any(t.name == THREAD_NAME for t in threading.enumerate())
+
+
+def test_stacks_older_than_the_warm_window_are_left_to_the_requests(fleet_url):
+    database = Database(fleet_url, warm_hours=1, clock=lambda: T0 + 4 * 3600)
+    try:
+        database.open()
+        assert database.warmer is not None and database.warmer.wait(30)
+        assert database.warmer.learned == len(database.index) == 0
+        reads = reads_of(database)
+        database.sorted_stacks(Selection(T0, T0 + 3600))
+        assert len(reads) == 1
+    finally:
+        database.close()
+
+
+def test_warming_off(fleet_url):
+    database = Database(fleet_url, warm_hours=0, clock=lambda: T0 + 5400)
+    try:
+        assert len(database.index) == 0 and database.warmer is None
+    finally:
+        database.close()
+
+
+def test_an_unavailable_database_is_logged_and_the_app_still_answers(make_app, caplog):
+    app = make_app({"DATABASE_URL": "postgresql+psycopg://postgres@127.0.0.1:1/nowhere"})
+    with caplog.at_level(logging.WARNING, logger="webui.warmup"):
+        response = app.test_client().get("/api/flamegraph?from=-1h")
+        assert response.status_code == 503
+        warmer = app.extensions["fleetflame_db"].warmer
+        assert warmer is not None and warmer.wait(30) and warmer.learned == 0
+    assert "could not warm the stack index" in caplog.text
+
+
+def test_closing_stops_warming(fleet_url, monkeypatch):
+    from webui.model import StackIndex
+
+    def slow_warm(self, ids, *, stop):  # a chunk at a time, for as long as it is let
+        deadline = time.monotonic() + 20
+        while not stop() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return 0
+
+    monkeypatch.setattr(StackIndex, "warm", slow_warm)
+    database = Database(fleet_url, warm_hours=2, clock=lambda: T0 + 5400)
+    database.open()
+    assert database.warmer is not None and not database.warmer.wait(0.2)
+    began = time.monotonic()
+    database.close()
+    assert time.monotonic() - began < 5
+    assert not any(t.name == THREAD_NAME for t in threading.enumerate())
