@@ -129,7 +129,7 @@ def many_stacks(distinct: int) -> Iterator[tuple[str, int]]:
 
 def bench_server(args: argparse.Namespace) -> None:
     """Part 2: the same window's requests in-process, without a browser on the same cores."""
-    first, warmed, new, top_first, top_new = [], [], [], [], []
+    cold, first, warmed, new, top_first, top_new = [], [], [], [], [], []
     with many_stacks(args.distinct) as (url, bucket):
         for _ in range(args.runs):
             app = create_app({"DATABASE_URL": url, "CACHE_ENTRIES": 0})
@@ -143,16 +143,21 @@ def bench_server(args: argparse.Namespace) -> None:
                 query = f"/api/{path}?from={bucket}&to={bucket + window}"
                 times.append(timed(lambda q=query, c=client: c.get(q).get_json()))
             app.extensions["fleetflame_db"].close()
+            query = f"/api/flamegraph?from={bucket}&to={bucket + 60}"
             app = create_app({"DATABASE_URL": url, "CACHE_ENTRIES": 0})
             client = app.test_client()
             warm_up(app, client)
-            query = f"/api/flamegraph?from={bucket}&to={bucket + 60}"
             warmed.append(timed(lambda q=query, c=client: c.get(q).get_json()))
+            app.extensions["fleetflame_db"].close()
+            app = create_app({"DATABASE_URL": url, "CACHE_ENTRIES": 0, "WARM_HOURS": 0})
+            client = app.test_client()
+            cold.append(timed(lambda q=query, c=client: c.get(q).get_json()))
             app.extensions["fleetflame_db"].close()
     print(f"  {args.distinct:,} distinct stacks in the window, in-process (Flask test client):")
     for name, times in (
         ("/api/flamegraph, fresh server, first view", first),
         ("/api/flamegraph, the same once warmed", warmed),
+        ("/api/flamegraph, the same, warming off", cold),
         ("/api/flamegraph, a window not seen yet", new),
         ("/api/top, first time (frames split)", top_first),
         ("/api/top, a window not seen yet", top_new),
@@ -329,11 +334,10 @@ def bench_browser(args: argparse.Namespace) -> None:
             with served(url) as (_, base):
                 visitor = browser.new_context(viewport=viewport)
                 for case, window in windows.items():
-                    page = (
-                        browser.new_page(viewport=viewport)
-                        if case == "new"
-                        else (visitor.new_page())
-                    )
+                    if case == "new":
+                        page = browser.new_page(viewport=viewport)
+                    else:
+                        page = visitor.new_page()
                     *times, frames = visit(page, f"{base}/?{window}")
                     results[case].append(tuple(times))
                 visitor.close()

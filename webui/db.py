@@ -15,8 +15,10 @@ Opening the store starts warming that index with the stacks of the last hours (w
 from __future__ import annotations
 
 import gc
+import os
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
@@ -151,6 +153,7 @@ class Database:
         self.warmer: Warmer | None = None
         self._last: tuple[Selection, float, dict[int, int]] | None = None
         self._results: OrderedDict[Hashable, Any] = OrderedDict()
+        _databases.add(self)
 
     @property
     def query(self) -> Query:
@@ -242,13 +245,34 @@ class Database:
 
     def close(self) -> None:
         """Stops warming and closes the store; the next use opens it again."""
-        if self.warmer is not None:
-            self.warmer.stop()
         with self._lock:
-            if self._store is not None:
-                self._store.close()
+            warmer, store = self.warmer, self._store
             self._store = self._query = self._index = self._last = self.warmer = None
             self._results.clear()
+        if warmer is not None:
+            warmer.stop()
+        if store is not None:
+            store.close()
+
+    def _forget_after_fork(self) -> None:
+        """Drops what a forked child must not share with its parent: the pool's connections,
+        the warming thread (not in the child), and the locks (which it may have held)."""
+        self._lock = threading.Lock()
+        if self._store is not None:
+            self._store.engine.sa_engine.dispose(close=False)
+        self._store = self._query = self._index = self._last = self.warmer = None
+        self._results = OrderedDict()
+
+
+_databases: weakref.WeakSet[Database] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for database in list(_databases):
+        database._forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def init_app(app: Flask) -> None:

@@ -2,9 +2,9 @@
 
 A process's stack index is empty when it starts, and the first view of a window of many
 distinct stacks then reads and sorts all their text (a second or more for 200,000 stacks).
-A Warmer reads the stacks sampled in the last hours into the index on a daemon thread,
-most recent first, up to half the index's bound; requests go on meanwhile and learn what
-they need themselves.
+A Warmer reads the stacks sampled in the last hours into the index on a daemon thread: an
+hour at a time, newest first, each hour one short read, until half the index's bound is
+used. Requests go on meanwhile and learn what they need themselves.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from webui.model import StackIndex
 __all__ = ["Warmer"]
 
 THREAD_NAME = "fleetflame-web-warmup"
+HOUR = 3600
+CHUNK = 50_000  # stacks learned at a time: a request needing the index waits for one at most
 _log = logging.getLogger(__name__)
 
 
@@ -55,20 +57,17 @@ class Warmer:
         return self._done.wait(timeout)
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Asks the thread to stop after the chunk it is reading, and waits for it."""
+        """Asks the thread to stop after the hour or chunk it is reading, and waits for it."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
+            if self._thread.is_alive():
+                _log.warning("stack index warm-up still running %g s after it was stopped", timeout)
 
     def _run(self) -> None:
         began = time.monotonic()
         try:
-            now = int(self.clock())
-            start = now - int(self.hours * 3600)
-            ids = self.query.recent_stacks(start, now + self.bucket_seconds)
-            if self._stop.is_set():
-                return
-            self.learned = self.index.warm(ids, stop=self._stop.is_set)
+            self._warm()
             _log.info(
                 "stack index warmed with %d stacks of the last %g hours in %.1f s",
                 self.learned,
@@ -82,3 +81,22 @@ class Warmer:
             _log.exception("could not warm the stack index")
         finally:
             self._done.set()
+
+    def _warm(self) -> None:
+        end = int(self.clock()) + self.bucket_seconds
+        oldest = end - self.bucket_seconds - int(self.hours * 3600)
+        seen: set[int] = set()
+        batch: list[int] = []
+        for hour_end in range(end, oldest, -HOUR):
+            if self._stop.is_set():
+                return
+            ids = self.query.recent_stacks(max(hour_end - HOUR, oldest), hour_end)
+            batch += [sid for sid in ids if sid not in seen]
+            seen.update(ids)
+            last = hour_end - HOUR <= oldest
+            if len(batch) >= CHUNK or (last and batch):
+                learned, room = self.index.warm(batch, chunk=CHUNK, stop=self._stop.is_set)
+                self.learned += learned
+                batch = []
+                if not room:
+                    return

@@ -91,6 +91,10 @@ def in_handler(doc):
     return sum(c for _, s, c in doc["stacks"] if s.endswith("wsgi_app:handle_request"))
 
 
+def in_all(doc):
+    return 0 if doc is None else sum(c for _, _, c in doc["stacks"])
+
+
 def in_request(doc):
     if doc is None:
         return 0
@@ -133,12 +137,20 @@ def test_gunicorn_workers_each_serve_their_own_profile(tmp_path, worker_args):
         assert all(doc["labels"]["service"] == "gtest" for doc in after.values())
         leaf = sum(in_handler(after[p]) - in_handler(before.get(p)) for p in worker_pids)
         tree = sum(in_request(after[p]) - in_request(before.get(p)) for p in worker_pids)
-        # Each request spends 20 ms of CPU (2 samples at 10 ms) in handle_request, and all of
-        # it lands in the request's call tree. A thread driver gets the GIL when the request
-        # thread releases it to write the response, so it sees some of it there (docs/sampler.md).
+        total = sum(in_all(after[p]) - in_all(before.get(p)) for p in worker_pids)
+        # Each request spends 20 ms of CPU (2 samples at 10 ms) in handle_request. The signal
+        # driver counts all of it, in the request's call tree. The thread driver gets the GIL
+        # when the request thread releases it, and charges the CPU since its last tick where it
+        # finds the thread: in the response's write, and under gunicorn >= 27's gthread worker
+        # in the dispatch frames after the request; on a busy host its late ticks lose some
+        # (seen: a third, in one worker of two). docs/sampler.md, Limits.
         expected = requests * 2
-        assert 0.8 * expected <= tree <= 1.2 * expected
-        assert leaf >= (0.9 if "gthread" not in worker_args else 0.6) * expected
+        if "gthread" in worker_args:
+            assert 0.6 * expected <= total <= 1.2 * expected
+            assert tree >= 0.4 * expected and leaf >= 0.3 * expected
+        else:
+            assert 0.8 * expected <= total <= 1.2 * expected
+            assert tree >= 0.8 * expected and leaf >= 0.9 * expected
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=30)

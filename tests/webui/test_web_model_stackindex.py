@@ -18,7 +18,6 @@ from webui.model import (
     flame_tree_sorted,
 )
 from webui.model.flametree import sort_stacks
-from webui.model.stackindex import _STACK_OVERHEAD
 
 
 def catalogue(rng: random.Random, stacks: int) -> dict[int, str]:
@@ -217,30 +216,47 @@ def test_warming_learns_stacks_in_the_order_given_a_chunk_at_a_time():
     index = StackIndex(lambda ids: reads.append(ids) or reader(ids), max_bytes=200_000)
     known = window(rng, names, 20)
     index.arrange([known])
-    learned = index.warm(order, share=0.5, chunk=64)
-    # Skipping what it knew, a chunk at a time until half the bound is used.
-    assert 0 < learned < len(names) - len(known)
-    assert index._bytes >= 100_000 and len(index) == len(known) + learned
+    learned, room = index.warm(order, share=0.5, chunk=64)
+    # Skipping what it knew, in the order given, as far as half the bound holds them.
+    assert not room and 0 < learned < len(names) - len(known)
+    assert 100_000 - per_stack(names) < index._bytes <= 100_000
+    assert len(index) == len(known) + learned
     expected = [sid for sid in order if sid not in known][:learned]
-    assert sum(reads[1:], []) == expected
-    assert max(map(len, reads[1:])) <= 64 and len(reads) > 3
-    chunks = len(reads)
+    assert max(map(len, reads[1:])) <= 64 and len(reads) > 3  # the last read more than fitted
+    assert sum(reads[1:], [])[:learned] == expected
     # What it learned is in order: a window of it reads nothing more.
+    chunks = len(reads)
     counts = {sid: 1 for sid in expected}
     assert with_samples(index.arrange([counts])) == with_samples(
         sort_stacks([by_text(names, counts)])
     )
     assert len(reads) == chunks
+    assert index.warm(order, share=0.5) == (0, False)  # full: reads nothing
+    assert len(reads) == chunks
+    # With room for all, it says there may be more.
+    assert StackIndex(Names(names)).warm(order[:10], chunk=3) == (10, True)
+
+
+def test_a_chunk_larger_than_the_room_gives_the_first_stacks_that_fit():
+    rng = random.Random(13)
+    names = catalogue(rng, 100)
+    order = rng.sample(sorted(names), len(names))
+    index = StackIndex(Names(names), max_bytes=20 * per_stack(names))
+    learned, room = index.warm(order, share=0.5, chunk=len(order))
+    assert not room and 10 <= learned < len(order)
+    reader = Names(names)
+    index.read_lines = reader
+    index.arrange([{sid: 1 for sid in order[:learned]}])
+    assert reader.asked == []
 
 
 def test_warming_stops_when_asked_and_never_makes_the_index_start_over():
     rng = random.Random(12)
     names = catalogue(rng, 200)
     everything = sorted(names)
-    assert StackIndex(Names(names)).warm(everything, stop=lambda: True) == 0
-    # A request fills the index while warming goes on: a chunk that does not fit is not kept.
-    per_stack = max(map(len, names.values())) + _STACK_OVERHEAD
-    index = StackIndex(Names(names), max_bytes=50 * per_stack)
+    assert StackIndex(Names(names)).warm(everything, stop=lambda: True) == (0, True)
+    # A request fills the index while warming goes on: warming then learns what still fits.
+    index = StackIndex(Names(names), max_bytes=50 * per_stack(names))
     busy = {sid: 1 for sid in everything[-45:]}
     asked: list[int] = []
 
@@ -250,9 +266,18 @@ def test_warming_stops_when_asked_and_never_makes_the_index_start_over():
         asked.append(len(index))
         return False
 
-    index.warm(everything, share=1.0, chunk=10, stop=request_meanwhile)
-    assert asked[0] == len(busy) and index._bytes <= index.max_bytes
+    learned, room = index.warm(everything, share=1.0, chunk=10, stop=request_meanwhile)
+    assert asked[0] == len(busy) and not room and index._bytes <= index.max_bytes
+    assert len(index) == len(busy) + learned
     reader = Names(names)
     index.read_lines = reader
     index.arrange([busy])
     assert reader.asked == []  # the request's stacks are all still known
+
+
+def per_stack(names: dict[int, str]) -> int:
+    """The most memory the index counts for one of these stacks."""
+    index = StackIndex(Names(names))
+    longest = max(names, key=lambda sid: len(names[sid]))
+    index.arrange([{longest: 1}])
+    return index._bytes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 
@@ -71,20 +72,65 @@ def test_an_unavailable_database_is_logged_and_the_app_still_answers(make_app, c
     assert "could not warm the stack index" in caplog.text
 
 
-def test_closing_stops_warming(fleet_url, monkeypatch):
-    from webui.model import StackIndex
+def test_closing_stops_warming_between_hours(fleet_url, monkeypatch):
+    from collector.query import Query
 
-    def slow_warm(self, ids, *, stop):  # a chunk at a time, for as long as it is let
-        deadline = time.monotonic() + 20
-        while not stop() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return 0
+    hours = []
+    real = Query.recent_stacks
 
-    monkeypatch.setattr(StackIndex, "warm", slow_warm)
-    database = Database(fleet_url, warm_hours=2, clock=lambda: T0 + 5400)
-    database.open()
-    assert database.warmer is not None and not database.warmer.wait(0.2)
-    began = time.monotonic()
-    database.close()
-    assert time.monotonic() - began < 5
+    def slow_hour(self, start, end):  # an hour a second: warming 48 hours takes long
+        hours.append(start)
+        time.sleep(0.2)
+        return real(self, start, end)
+
+    monkeypatch.setattr(Query, "recent_stacks", slow_hour)
+    database = Database(fleet_url, warm_hours=48, clock=lambda: T0 + 5400)
+    try:
+        database.open()
+        assert database.warmer is not None and not database.warmer.wait(0.5)
+        began = time.monotonic()
+    finally:
+        database.close()
+    assert time.monotonic() - began < 1
+    assert 0 < len(hours) < 10
     assert not any(t.name == THREAD_NAME for t in threading.enumerate())
+
+
+def test_a_forked_child_opens_its_own_store_and_warms_again(fleet_url):
+    database = Database(fleet_url, warm_hours=2, clock=lambda: T0 + 5400)
+    try:
+        database.open()
+        assert database.warmer is not None and database.warmer.wait(30)
+        pid = os.fork()
+        if pid == 0:  # the child: report by exit status only
+            ok = False
+            try:
+                fresh = database.warmer is None and database._store is None
+                database.open()
+                warmer = database.warmer
+                ok = fresh and warmer is not None and warmer.wait(30)
+                ok = ok and warmer.learned == DISTINCT
+                ok = ok and sum(database.profile(Selection(T0, T0 + 3600)).values()) > 0
+            finally:
+                os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        # The parent's connections still work: the child did not close them.
+        assert sum(database.profile(Selection(T0, T0 + 60)).values()) > 0
+    finally:
+        database.close()
+
+
+def test_fleetflame_web_opens_the_database_at_start(fleet_url, monkeypatch):
+    import werkzeug.serving
+
+    from webui.cli import main
+
+    served = []
+    monkeypatch.setattr(werkzeug.serving, "run_simple", lambda *a, **k: served.append(a[2]))
+    assert main(["--database-url", fleet_url, "--port", "0"]) == 0
+    database = served[0].extensions["fleetflame_db"]
+    try:
+        assert database.warmer is not None and database.warmer.wait(30)
+    finally:
+        database.close()

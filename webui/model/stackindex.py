@@ -13,7 +13,6 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from itertools import compress
 from operator import itemgetter
-from typing import overload
 
 from collector.functions import FunctionSamples, count_frames
 
@@ -119,22 +118,23 @@ class StackIndex:
         share: float = 0.5,
         chunk: int = 50_000,
         stop: Callable[[], bool] = lambda: False,
-    ) -> int:
-        """Learns stacks in the order given until they fill ``share`` of the bound, never
-        making room for them; returns how many were new.
+    ) -> tuple[int, bool]:
+        """Learns the stacks of ``ids`` it lacks, in the order given, as far as they fit in
+        ``share`` of the bound, never making room for them. Returns how many it learned, and
+        whether there may be room for more.
 
         Reads ``chunk`` stacks at a time, so a request that needs the index waits for one
         chunk at most; ``stop`` is asked between chunks.
         """
-        before = len(self)
+        learned = 0
         for i in range(0, len(ids), chunk):
-            if stop() or self._bytes >= self.max_bytes * share:
+            if stop():
                 break
-            rank = self._state[2]
-            new = [sid for sid in ids[i : i + chunk] if sid not in rank]
-            if new and self._learn(new, make_room=False) is None:
-                break  # requests filled the index meanwhile
-        return len(self) - before
+            added, fitted = self._learn_within(ids[i : i + chunk], share)
+            learned += added
+            if not fitted:
+                return learned, False
+        return learned, True
 
     def _frames_of(self, ids: list[int]) -> list[tuple[str, ...]]:
         cache = self._frames
@@ -170,22 +170,14 @@ class StackIndex:
             keys = keys + [sort_key(f"[unknown stack {sid}]") for sid in missing]
         return _in_order(keys, found)
 
-    @overload
-    def _learn(self, ids: list[int]) -> _State: ...
-    @overload
-    def _learn(self, ids: list[int], *, make_room: bool) -> _State | None: ...
-
-    def _learn(self, ids: list[int], *, make_room: bool = True) -> _State | None:
-        """Adds the stacks of ``ids`` it lacks; past the bound it makes room for them, or
-        with ``make_room`` false adds nothing and returns None."""
+    def _learn(self, ids: list[int]) -> _State:
+        """Adds the stacks of ``ids`` it lacks, making room for them past the bound."""
         with self._lock:
             keys, known_ids, rank, _ = self._state
             new_keys, new_ids = self._read([sid for sid in ids if sid not in rank])
             if not new_keys:
                 return self._state  # another thread learned them meanwhile
             added = sum(map(len, new_keys)) + _STACK_OVERHEAD * len(new_keys)
-            if not make_room and self._bytes + self._frame_bytes + added > self.max_bytes:
-                return None
             if self._bytes + self._frame_bytes + added > self.max_bytes:
                 self._drop_frames()
             if self._bytes + added > self.max_bytes and keys:
@@ -193,18 +185,50 @@ class StackIndex:
                 kept = [sid for sid in ids if sid in rank]
                 keys, known_ids = _in_order([keys[rank[sid]] for sid in kept], kept)
                 self._bytes = sum(map(len, keys)) + _STACK_OVERHEAD * len(keys)
-            if keys:  # two sorted runs: the sort merges them in one pass
-                keys, known_ids = _in_order(keys + new_keys, known_ids + new_ids)
-            else:
-                keys, known_ids = new_keys, new_ids
-            self._state = (
-                keys,
-                known_ids,
-                dict(zip(known_ids, range(len(known_ids)), strict=True)),
-                Bounds(keys, max(_MIN_BOUNDS, len(keys))),
-            )
-            self._bytes += added
-            return self._state
+            return self._merge(keys, known_ids, new_keys, new_ids)
+
+    def _learn_within(self, ids: Sequence[int], share: float) -> tuple[int, bool]:
+        """Adds the stacks of ``ids`` it lacks, in the order given, while they fit in
+        ``share`` of the bound (frames included); returns how many, and whether all fitted."""
+        with self._lock:
+            keys, known_ids, rank, _ = self._state
+            wanted = [sid for sid in dict.fromkeys(ids) if sid not in rank]
+            room = min(share * self.max_bytes, self.max_bytes - self._frame_bytes) - self._bytes
+            if not wanted:
+                return 0, room > 0
+            if room <= 0 or (keys and room < self._bytes / len(keys)):
+                return 0, False  # not even room for a stack of the usual size
+            new_keys, new_ids = self._read(wanted)
+            size = dict(zip(new_ids, [len(key) + _STACK_OVERHEAD for key in new_keys], strict=True))
+            fits = set()
+            for sid in wanted:
+                room -= size[sid]
+                if room < 0:
+                    break
+                fits.add(sid)
+            if len(fits) < len(wanted):
+                new_keys = [key for key, sid in zip(new_keys, new_ids, strict=True) if sid in fits]
+                new_ids = [sid for sid in new_ids if sid in fits]
+            if new_keys:
+                self._merge(keys, known_ids, new_keys, new_ids)
+            return len(new_keys), len(fits) == len(wanted)
+
+    def _merge(
+        self, keys: list[str], ids: list[int], new_keys: list[str], new_ids: list[int]
+    ) -> _State:
+        """Makes the state hold these keys and new ones (both in order), and counts the new."""
+        self._bytes += sum(map(len, new_keys)) + _STACK_OVERHEAD * len(new_keys)
+        if keys:  # two sorted runs: the sort merges them in one pass
+            keys, ids = _in_order(keys + new_keys, ids + new_ids)
+        else:
+            keys, ids = new_keys, new_ids
+        self._state = (
+            keys,
+            ids,
+            dict(zip(ids, range(len(ids)), strict=True)),
+            Bounds(keys, max(_MIN_BOUNDS, len(keys))),
+        )
+        return self._state
 
 
 def _look_up(mapping: Mapping[int, int], keys: list[int]) -> Sequence[int]:
