@@ -30,7 +30,9 @@ def _parser() -> argparse.ArgumentParser:
             dest=setting.name,
             type=setting.type,
             default=None,
-            help=f"{setting.help} (default {setting.default!r}; env {setting.env_var})",
+            help=f"{setting.help} (default {setting.default!r}; env {setting.env_var})".replace(
+                "%", "%%"
+            ),  # argparse formats help with %
         )
     return parser
 

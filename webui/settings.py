@@ -114,7 +114,7 @@ SETTINGS: tuple[Setting, ...] = (
         float,
         24.0,
         "When a process first opens the database, it reads the stacks sampled in this many "
-        "past hours into its stack index in the background (most recent first, up to half of "
+        "past hours into its stack index in the background (most recent first, up to 80% of "
         "stack_index_mb), so the first views after a restart are as fast as later ones; 0: off.",
     ),
 )

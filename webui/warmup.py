@@ -3,8 +3,8 @@
 A process's stack index is empty when it starts, and the first view of a window of many
 distinct stacks then reads and sorts all their text (a second or more for 200,000 stacks).
 A Warmer reads the stacks sampled in the last hours into the index on a daemon thread: an
-hour at a time, newest first, each hour one short read, until half the index's bound is
-used. Requests go on meanwhile and learn what they need themselves.
+hour at a time, newest first, each hour one short read, until 80% of the index's bound
+is used. Requests go on meanwhile and learn what they need themselves.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ __all__ = ["Warmer"]
 THREAD_NAME = "fleetflame-web-warmup"
 HOUR = 3600
 CHUNK = 50_000  # stacks learned at a time: a request needing the index waits for one at most
+# Of the index's bound: the rest is room for windows older than the warm-up's.
+SHARE = 0.8
 _log = logging.getLogger(__name__)
 
 
@@ -95,7 +97,9 @@ class Warmer:
             seen.update(ids)
             last = hour_end - HOUR <= oldest
             if len(batch) >= CHUNK or (last and batch):
-                learned, room = self.index.warm(batch, chunk=CHUNK, stop=self._stop.is_set)
+                learned, room = self.index.warm(
+                    batch, share=SHARE, chunk=CHUNK, stop=self._stop.is_set
+                )
                 self.learned += learned
                 batch = []
                 if not room:
