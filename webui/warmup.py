@@ -85,8 +85,9 @@ class Warmer:
             self._done.set()
 
     def _warm(self) -> None:
-        end = int(self.clock()) + self.bucket_seconds
-        oldest = end - self.bucket_seconds - int(self.hours * 3600)
+        now = int(self.clock())
+        end = now + self.bucket_seconds  # the bucket being written counts too
+        oldest = now - int(self.hours * HOUR)
         seen: set[int] = set()
         batch: list[int] = []
         for hour_end in range(end, oldest, -HOUR):
