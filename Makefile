@@ -8,7 +8,10 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: setup demo test lint format bench clean system-deps wheel screenshots
 
-$(STAMP): setup.py
+# The sampler's native engine is compiled by the install: rebuilt when its sources change.
+NATIVE_SOURCES := $(wildcard sampler/_native_src/*.c sampler/_native_src/*.h)
+
+$(STAMP): setup.py $(NATIVE_SOURCES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'

@@ -1,9 +1,11 @@
 """fleetflame: an always-on sampling profiler for Python fleets."""
 
 import importlib.util
+import platform
+import sys
 from pathlib import Path
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_py import build_py
 
 
@@ -24,12 +26,45 @@ class BuildPyWithAssets(build_py):
         super().run()
 
 
+def native_extensions() -> list[Extension]:
+    """The sampler's native engine: built for CPython 3.11 on Linux, the only frame layout it
+    knows and is tested on. Optional: without a compiler the pure-Python engine runs."""
+    if not (
+        sys.platform.startswith("linux")
+        and platform.python_implementation() == "CPython"
+        and sys.version_info[:2] == (3, 11)
+    ):
+        return []
+    parts = ["module", "walk", "ring", "guard", "freed", "threads", "codemap", "count", "waits"]
+    return [
+        Extension(
+            "sampler._native",
+            sources=[f"sampler/_native_src/{part}.c" for part in parts],
+            depends=["sampler/_native_src/native.h"],
+            extra_compile_args=[
+                "-std=gnu11",
+                # Only PyInit__native is exported: a host binary defining the same names
+                # (uWSGI exports a function called stats) must not take our globals.
+                "-fvisibility=hidden",
+                "-O2",
+                "-Wall",
+                "-Wextra",
+                "-Wno-unused-parameter",
+            ],
+            libraries=["rt"],
+            optional=True,
+        )
+    ]
+
+
 COLLECTOR = [
     "SQLAlchemy>=2.0,<3",
     "alembic>=1.12",
     "APScheduler>=3.10,<4",
     "requests>=2.31",
     "psycopg[binary]>=3.1",
+    "numpy>=1.24",
+    "scipy>=1.10",
 ]
 WEB = COLLECTOR + ["Flask>=3.0"]
 DEV = WEB + [
@@ -40,7 +75,14 @@ DEV = WEB + [
     "gunicorn>=22",
     "uWSGI>=2.0.22",
     "PyYAML>=6",
+    "hypothesis>=6",
+    "black>=24",  # bench/accuracy.py: a mypyc-compiled workload
     "Django>=4.2",
+    # the request middleware's tests: FastAPI/Starlette under uvicorn, in-process via httpx
+    "starlette>=0.40",
+    "fastapi>=0.110",
+    "uvicorn>=0.30",
+    "httpx>=0.27",
     "ruff>=0.5",
     "mypy>=1.10",
 ]
@@ -53,11 +95,20 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(
-        include=["sampler", "sampler.*", "collector", "collector.*", "webui", "webui.*"]
+        include=[
+            "sampler",
+            "sampler.*",
+            "collector",
+            "collector.*",
+            "webui",
+            "webui.*",
+            "attach",
+            "attach.*",
+        ]
     ),
     include_package_data=True,
     package_data={
-        "sampler": ["py.typed"],
+        "sampler": ["py.typed", "_native.pyi"],
         "collector": [
             "py.typed",
             "migrations/*.ini",
@@ -69,6 +120,7 @@ setup(
     },
     install_requires=[],
     extras_require={"collector": COLLECTOR, "web": WEB, "dev": DEV},
+    ext_modules=native_extensions(),
     entry_points={"console_scripts": ["fleetflame = sampler.cli:main"]},
     cmdclass={"build_py": BuildPyWithAssets},
 )

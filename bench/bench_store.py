@@ -1,285 +1,197 @@
-"""Benchmark of the store on SQLite and PostgreSQL: ingest rate, merged-profile query time, disk use.
+"""Benchmark of the store on SQLite and PostgreSQL: ingest rate, windows of the whole fleet
+through a real ``fleetflame web``, and disk per instance-hour; at 1x and 10x the fleet.
 
-A synthetic fleet: `--instances` workers in 5 services, each with `--stacks` distinct stacks
-20-50 frames deep drawn from one shared call tree (so stacks share prefixes), of which
-`--active` have samples in any one minute (Zipf-like popularity). One write per minute of
-fleet data: every instance's rows plus its cursor updates, as the poller does. Prints the
-median of `--runs` runs of every figure next to its target.
+The fleet is bench/benchfleet.py's (50 instances x 2,000 distinct stacks, 200 with samples
+a minute). The database holds 30 days: the last ``--hours`` written minute by minute as the
+collector does (one write a minute: every instance's rows and cursor updates, timed: the
+ingest figures), with the rollup job every 5 minutes of that time; the days before written
+an hour at a time, one pseudo-instance per service holding each stack its instances sampled
+that hour (what the fleet tiers hold, at a fraction of the rows: windows of the whole fleet
+read only those tiers there). Then ``fleetflame web`` serves it, and each window, fleet-wide
+and new (never asked before), is asked ``--runs`` times through its HTTP API: the median,
+the server's CPU time meanwhile, and the server's memory.
 
-    python bench/bench_store.py                 # both engines, 24 h of a 50-instance fleet
-    python bench/bench_store.py --quick         # a scaled-down run in about a minute
-    python bench/bench_store.py --engines sqlite --hours 6
+    python bench/bench_store.py                  # both engines, 1x and 10x
+    python bench/bench_store.py --quick          # 10 instances, 2 hours + 6 days, 1x
+    python bench/bench_store.py --engines sqlite --scales 1
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import random
-import statistics
-import sys
-import tempfile
 import time
-import uuid
-from collections.abc import Callable
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import sqlalchemy as sa  # noqa: E402
-
-from collector.query import Query  # noqa: E402
-from collector.store import CursorUpdate, SampleRow, Store  # noqa: E402
-
-PG_ADMIN_URL = os.environ.get(
-    "FLEETFLAME_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+import sqlalchemy as sa
+from benchfleet import (
+    DAY,
+    Fleet,
+    WebServer,
+    cpu_seconds,
+    database,
+    load_average,
+    make_stacks,
+    median,
+    memory_mb,
+    verdict,
 )
-DAY = 86400
-TARGET_INGEST = 50_000  # rows/s
-TARGET_1H_MS = 200
-TARGET_24H_MS = 500
+
+from collector.store import Store
+
+__all__ = ["make_stacks"]  # bench_poll.py builds its stacks with it
+
+TARGET_INGEST = 100_000  # rows/s
+TARGETS_MS = {"1 h": 100, "24 h": 150, "7 d": 300, "30 d": 500}
+SPANS = {"1 h": 3600, "24 h": DAY, "7 d": 7 * DAY, "30 d": 30 * DAY}
+ROLLUP_EVERY = 300  # seconds of fleet time, as the collector's default rollup_interval
 
 
-def make_stacks(rng: random.Random, count: int) -> list[str]:
-    """Returns `count` distinct stacks 20-50 frames deep grown from a shared call tree."""
-    modules = [f"app.mod{i}" for i in range(40)] + ["json", "re", "socket", "ssl", "sqlalchemy.orm"]
-    trunk = [f"{rng.choice(modules)}:f{i}" for i in range(60)]
-    stacks: set[str] = set()
-    while len(stacks) < count:
-        shared = rng.randint(8, 18)  # common prefix: the server loop, the framework
-        depth = rng.randint(20, 50)
-        frames = trunk[:shared] + [
-            f"{rng.choice(modules)}:fn{rng.randint(0, 300)}" for _ in range(depth - shared)
-        ]
-        stacks.add(";".join(frames))
-    return sorted(stacks)
-
-
-class Fleet:
-    """The synthetic fleet: per instance its stacks and a popularity-weighted sampler."""
-
-    def __init__(self, instances: int, stacks: int, active: int, seed: int = 1) -> None:
-        rng = random.Random(seed)
-        pool = make_stacks(rng, stacks * 2)
-        self.active = active
-        self.instances = []
-        for i in range(instances):
-            own = rng.sample(pool, stacks)
-            weights = [1 / (rank + 1) ** 0.8 for rank in range(stacks)]
-            self.instances.append(
-                {
-                    "service": f"svc{i % 5}",
-                    "host": f"host-{i // 2}",
-                    "instance": uuid.UUID(int=rng.getrandbits(128)).hex[:16],
-                    "labels": {"version": "1.4.2", "env": "prod"},
-                    "stacks": own,
-                    "weights": weights,
-                    "cumulative": {},
-                }
-            )
-        self.rng = rng
-
-    def minute(self, bucket: int) -> tuple[list[SampleRow], list[CursorUpdate]]:
-        """Returns one minute of fleet rows and the matching cursor updates."""
-        rows: list[SampleRow] = []
-        cursors: list[CursorUpdate] = []
-        for inst in self.instances:
-            picked = set(self.rng.choices(inst["stacks"], inst["weights"], k=self.active * 2))
-            changed = {}
-            for stack in list(picked)[: self.active]:
-                count = self.rng.randint(1, 60)
-                rows.append(
-                    SampleRow(
-                        bucket,
-                        "cpu",
-                        inst["service"],
-                        inst["host"],
-                        inst["instance"],
-                        inst["labels"],
-                        stack,
-                        count,
-                    )
-                )
-                key = (0, stack)
-                inst["cumulative"][key] = inst["cumulative"].get(key, 0) + count
-                changed[key] = inst["cumulative"][key]
-            cursors.append(
-                CursorUpdate(
-                    f"{inst['host']}:8021", inst["instance"], not inst.get("seen"), changed, {0: {}}
-                )
-            )
-            inst["seen"] = True
-        return rows, cursors
-
-
-def timed(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-def disk_bytes(store: Store, path: Path | None) -> int:
-    if store.dialect == "sqlite":
-        assert path is not None
-        with store.engine.sa_engine.connect() as conn:
+def disk_bytes(store: Store) -> int:
+    """Returns the bytes the database takes: the SQLite file's pages in use, or the sum of
+    PostgreSQL's relations (tables, partitions, their indexes and TOAST)."""
+    with store.engine.sa_engine.connect() as conn:
+        if store.dialect == "sqlite":
             conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-        return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+            pages, free, size = (
+                conn.exec_driver_sql(f"PRAGMA {name}").scalar()
+                for name in ("page_count", "freelist_count", "page_size")
+            )
+            return int((pages - free) * size)
+        return int(
+            conn.execute(
+                sa.text(
+                    "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                    "WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace"
+                )
+            ).scalar()
+        )
+
+
+def rows_by_tier(store: Store) -> dict[str, int]:
     with store.engine.sa_engine.connect() as conn:
-        return int(conn.execute(sa.text("SELECT pg_database_size(current_database())")).scalar())
+        rows = conn.execute(sa.text("SELECT width, count(*) FROM samples GROUP BY width")).all()
+        fleet = conn.execute(sa.text("SELECT count(*) FROM fleet_samples")).scalar()
+    return {**{f"w{w}": int(c) for w, c in rows}, "fleet": int(fleet or 0)}
 
 
-def sample_rows(store: Store) -> dict[int, int]:
-    with store.engine.sa_engine.connect() as conn:
-        rows = conn.execute(sa.text("SELECT width, count(*) FROM samples GROUP BY width"))
-        return {int(w): int(c) for w, c in rows}
-
-
-def run_engine(engine: str, args: argparse.Namespace) -> dict[str, float]:
-    """Runs every measurement on one engine; returns the figures."""
-    tmp = tempfile.TemporaryDirectory()
-    admin = None
-    path: Path | None = None
-    if engine == "sqlite":
-        path = Path(tmp.name) / "bench.db"
-        url = f"sqlite:///{path}"
-    else:
-        name = f"fleetflame_bench_{uuid.uuid4().hex[:10]}"
-        admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-        url = PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
-    store = Store(url)
-    try:
-        store.migrate()
-        return measure(store, path, args)
-    finally:
-        store.close()
-        if admin is not None:
-            with admin.connect() as conn:
-                conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            admin.dispose()
-        tmp.cleanup()
-
-
-def measure(store: Store, path: Path | None, args: argparse.Namespace) -> dict[str, float]:
-    fleet = Fleet(args.instances, args.stacks, args.active)
-    end = 1_800_000_000 // DAY * DAY + 10 * 3600  # 10:00 UTC on some day
-    start = end - args.hours * 3600
-    ingest_rates = []
-    rows_written = 0
-    last_progress = time.monotonic()
-    for bucket in range(start, end, 60):
+def build(store: Store, fleet: Fleet, end: int, args: argparse.Namespace) -> dict:
+    """Writes 30 days of the fleet ending at ``end``; returns the ingest figures."""
+    minute_from = end - args.hours * 3600
+    began = time.monotonic()
+    for hour in range(end - args.days * DAY, minute_from, 3600):
+        store.write(fleet.hour_by_service(hour))
+        if hour % (6 * 3600) == 0:
+            store.rollup(hour)
+    store.rollup(minute_from)
+    print(f"    {args.days - args.hours / 24:.0f} days an hour at a time in "
+          f"{time.monotonic() - began:.0f} s", flush=True)  # fmt: skip
+    before = disk_bytes(store)
+    rates, cpu, sizes = [], [], []
+    began = time.monotonic()
+    for bucket in range(minute_from, end, 60):
         rows, cursors = fleet.minute(bucket)
-        seconds = timed(lambda rows=rows, cursors=cursors: store.write(rows, cursors))
-        ingest_rates.append(len(rows) / seconds)
-        rows_written += len(rows)
-        if bucket % 3600 == 0 and time.monotonic() - last_progress > 10:
-            print(f"    {store.dialect}: {(bucket - start) / 3600:.0f} h written", flush=True)
-            last_progress = time.monotonic()
-        if bucket % 3600 == 0:
-            store.rollup(bucket)  # the maintenance job runs while the collector writes
-    rollup_seconds = timed(lambda: store.rollup(end + 180))
-    fine_bytes = disk_bytes(store, path)
-    rows_by_width = sample_rows(store)
-    query = Query(store)
-    hour = (end - 3600 + 120, end + 120)  # "the last hour", not aligned to anything
-    day = (end - DAY, end)
-    one_hour_ms = [1000 * timed(lambda: query.profile(*hour)) for _ in range(args.runs)]
-    day_ms = [1000 * timed(lambda: query.profile(*day)) for _ in range(args.runs)]
-    fine_hour_ms = []
-    for _ in range(args.runs):  # the worst case: an hour read from minute rows only
-        seg = (end - 3600, end)
-        fine_hour_ms.append(1000 * timed(lambda seg=seg: fine_profile(query, *seg)))
-    stored_rows = sum(rows_by_width.values())
+        cpu_before, wall_before = cpu_seconds(), time.perf_counter()
+        store.write(rows, cursors)
+        seconds = time.perf_counter() - wall_before
+        cpu.append(cpu_seconds() - cpu_before)
+        rates.append(len(rows) / seconds)
+        sizes.append(len(rows))
+        if (bucket + 60) % ROLLUP_EVERY == 0:
+            store.rollup(bucket + 60)
+        if bucket % 3600 == 0 and time.monotonic() - began > 30:
+            print(f"    {(bucket - minute_from) / 3600:.0f} of {args.hours} h minute by minute",
+                  flush=True)  # fmt: skip
+            began = time.monotonic()
+    store.rollup(end)
     return {
-        "rows_written": rows_written,
-        "ingest_rows_per_s": statistics.median(ingest_rates),
-        "rollup_s": rollup_seconds,
-        "query_1h_ms": statistics.median(one_hour_ms),
-        "query_1h_minute_rows_ms": statistics.median(fine_hour_ms),
-        "query_24h_ms": statistics.median(day_ms),
-        "bytes_per_row": fine_bytes / max(stored_rows, 1),
-        "rows_60": rows_by_width.get(60, 0),
-        "rows_600": rows_by_width.get(600, 0),
-        "rows_3600": rows_by_width.get(3600, 0),
-        "profile_stacks": len(query.profile(*day)),
+        "rows_per_write": median(sizes),
+        "ingest": median(rates),
+        "cpu_per_write": median(cpu),
+        "rss_mb": memory_mb()[0],
+        "bytes_minute_part": disk_bytes(store) - before,
     }
 
 
-def fine_profile(query: Query, start: int, end: int) -> dict[str, int]:
-    """Reads a window from minute rows only, as if no rollup had run."""
-    import collector.query as q
+def read_windows(url: str, end: int, args: argparse.Namespace) -> dict[str, dict]:
+    """Asks a real fleetflame web for each window, ``runs`` times, each time a new one."""
+    out: dict[str, dict] = {}
+    with WebServer(url) as server:
+        server.wait()
+        # A running server: its stack index warmed, it has answered before (pools open).
+        server.warmed()
+        server.get(f"/api/flamegraph?from={end - 2 * 3600}&to={end - 3600}")
+        for name, span in SPANS.items():
+            if span > args.days * DAY:
+                continue
+            times, cpu = [], []
+            for run in range(args.runs):
+                to = end - 60 * run - 17 * (run + 1)  # unaligned, and new each time
+                ms, cpu_ms, body = server.get(f"/api/flamegraph?from={to - span}&to={to}")
+                times.append(ms)
+                cpu.append(cpu_ms)
+            out[name] = {"ms": median(times), "cpu_ms": median(cpu), "total": body["total"]}
+        out["memory"] = dict(zip(("rss", "peak"), server.memory_mb(), strict=True))
+    return out
 
-    real_plan = q.plan
-    q.plan = lambda s, e, states, max_width=None: real_plan(s, e, states[:1])  # type: ignore[assignment]
-    try:
-        return query.profile(start, end)
-    finally:
-        q.plan = real_plan
+
+def run(engine: str, scale: int, args: argparse.Namespace) -> dict:
+    instances = args.instances * scale
+    hours = args.hours if scale == 1 else min(args.hours, args.hours_10x)
+    run_args = argparse.Namespace(**{**vars(args), "hours": hours})
+    fleet = Fleet(instances, args.stacks, args.active)
+    end = int(time.time()) // 60 * 60
+    with database(engine) as url:
+        store = Store(url)
+        store.migrate()
+        try:
+            figures = build(store, fleet, end, run_args)
+            figures["disk"] = disk_bytes(store)
+            figures["tiers"] = rows_by_tier(store)
+        finally:
+            store.close()
+        figures["reads"] = read_windows(url, end, run_args)
+    figures["instance_hour"] = figures["bytes_minute_part"] / (instances * hours)
+    figures["instances"], figures["hours"] = instances, hours
+    return figures
 
 
-def projection(figures: dict[str, float], args: argparse.Namespace) -> tuple[float, float]:
-    """Projects rows and bytes for 30 days of this fleet with the default rollups."""
-    hours = args.hours
-    per_minute = figures["rows_60"] / max(min(hours, 24) * 60, 1)
-    per_10min = figures["rows_600"] / max(hours * 6, 1) if figures["rows_600"] else per_minute * 6
-    per_hour = figures["rows_3600"] / max(hours, 1) if figures["rows_3600"] else per_10min * 6
-    rows = per_minute * 1440 * 1 + per_10min * 144 * 7 + per_hour * 24 * 30
-    return rows, rows * figures["bytes_per_row"]
+def report(engine: str, scale: int, f: dict) -> None:
+    print(f"== {engine}, {scale}x: {f['instances']} instances, the last {f['hours']} h minute "
+          f"by minute; load average {load_average()}")  # fmt: skip
+    print(f"  ingest, a write of {f['rows_per_write']:,.0f} rows + cursors  "
+          f"{f['ingest']:>9,.0f} rows/s  {verdict(f['ingest'], TARGET_INGEST, at_most=False)}; "
+          f"{1000 * f['cpu_per_write']:.0f} ms CPU a write, collector RSS {f['rss_mb']:.0f} MB")  # fmt: skip
+    for name, r in f["reads"].items():
+        if name == "memory":
+            continue
+        print(f"  GET /api/flamegraph, whole fleet, {name:<5} {r['ms']:>7.0f} ms  "
+              f"{verdict(r['ms'], TARGETS_MS[name])}; server CPU {r['cpu_ms']:.0f} ms")  # fmt: skip
+    memory = f["reads"]["memory"]
+    print(f"  web server memory: {memory['rss']:.0f} MB resident, peak {memory['peak']:.0f} MB")
+    print(f"  disk: {f['instance_hour'] / 1024:,.1f} KiB per instance-hour of minute data "
+          f"(with its fleet rows and rollups); {f['disk'] / 1e9:.2f} GB in all")  # fmt: skip
+    print("  rows by tier: " + ", ".join(f"{k} {v:,}" for k, v in sorted(f["tiers"].items())))
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engines", default="sqlite,postgresql")
+    parser.add_argument("--scales", default="1,10", help="fleet sizes, times --instances")
     parser.add_argument("--instances", type=int, default=50)
     parser.add_argument("--stacks", type=int, default=2000, help="distinct stacks per instance")
     parser.add_argument("--active", type=int, default=200, help="stacks with samples per minute")
-    parser.add_argument("--hours", type=int, default=24, help="hours of fleet data to write")
-    parser.add_argument("--runs", type=int, default=5, help="runs of each query (median)")
-    parser.add_argument("--quick", action="store_true", help="10 instances, 3 hours")
+    parser.add_argument("--days", type=int, default=30, help="days of data in all")
+    parser.add_argument("--hours", type=int, default=25, help="last hours written by minute")
+    parser.add_argument("--hours-10x", type=int, default=2, help="the same at 10x the fleet")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each window (median)")
+    parser.add_argument("--quick", action="store_true", help="10 instances, 2 h + 6 days, 1x")
     args = parser.parse_args(argv)
     if args.quick:
-        args.instances, args.hours, args.runs = 10, 3, 3
-    print(
-        f"fleet: {args.instances} instances x {args.stacks} stacks, {args.active} active per "
-        f"minute, {args.hours} h of data, medians of {args.runs} runs"
-    )
-    for engine in args.engines.split(","):
-        print(f"== {engine}", flush=True)
-        f = run_engine(engine, args)
-        rows30, bytes30 = projection(f, args)
-        check = lambda ok: "ok" if ok else "MISSED"  # noqa: E731
-        print(f"  rows written              {f['rows_written']:>12,.0f}")
-        print(
-            f"  ingest (median per write) {f['ingest_rows_per_s']:>12,.0f} rows/s   target >= "
-            f"{TARGET_INGEST:,} ({f['ingest_rows_per_s'] / TARGET_INGEST:.2f}x) "
-            f"{check(f['ingest_rows_per_s'] >= TARGET_INGEST)}"
-        )
-        print(
-            f"  profile, last hour        {f['query_1h_ms']:>12.1f} ms       target <= "
-            f"{TARGET_1H_MS} ({f['query_1h_ms'] / TARGET_1H_MS:.2f}x) "
-            f"{check(f['query_1h_ms'] <= TARGET_1H_MS)}"
-        )
-        print(f"  profile, hour, minute rows{f['query_1h_minute_rows_ms']:>12.1f} ms (no rollup)")
-        if args.hours >= 24:
-            print(
-                f"  profile, 24 hours         {f['query_24h_ms']:>12.1f} ms       target <= "
-                f"{TARGET_24H_MS} ({f['query_24h_ms'] / TARGET_24H_MS:.2f}x) "
-                f"{check(f['query_24h_ms'] <= TARGET_24H_MS)}"
-            )
-        else:
-            print(f"  profile, {args.hours} hours (of 24) {f['query_24h_ms']:>9.1f} ms")
-        print(f"  stacks in the 24 h profile {f['profile_stacks']:>11,.0f}")
-        print(f"  final rollup run          {f['rollup_s']:>12.2f} s")
-        print(
-            f"  rows by tier (60/600/3600) {f['rows_60']:,.0f} / {f['rows_600']:,.0f} / "
-            f"{f['rows_3600']:,.0f}"
-        )
-        print(f"  bytes on disk per row     {f['bytes_per_row']:>12.1f}")
-        print(
-            f"  30 days projected         {rows30:>12,.0f} rows, {bytes30 / 1e9:.2f} GB "
-            f"(1 day of minute rows, 7 days of 10-minute rows, 30 days of hourly rows)"
-        )
+        args.instances, args.hours, args.days, args.scales = 10, 2, 7, "1"
+    print(f"fleet: {args.instances} instances x {args.stacks} stacks, {args.active} active a "
+          f"minute; {args.days} days of data; medians of {args.runs}")  # fmt: skip
+    for scale in map(int, args.scales.split(",")):
+        for engine in args.engines.split(","):
+            report(engine, scale, run(engine, scale, args))
 
 
 if __name__ == "__main__":

@@ -21,9 +21,16 @@ HERE = Path(__file__).resolve().parent
 # name -> (script, arguments for a full run, arguments for a quick run)
 BENCHMARKS = {
     "sampler": ("bench_sampler.py", [], ["--rounds", "3", "--seconds", "2"]),
+    "ticks": ("bench_ticks.py", [], ["--iterations", "150000"]),
     "poll": ("bench_poll.py", [], ["--targets", "100", "--cycles", "3"]),
     "store": ("bench_store.py", [], ["--quick"]),
     "web": ("bench_web.py", [], ["--quick"]),
+    "accuracy": ("accuracy.py", [], ["--quick"]),
+    "compare": ("bench_compare.py", [], ["--quick"]),
+    "significance": ("bench_significance.py", [], ["--quick"]),
+    "worst": ("bench_worst.py", [], ["--targets", "20", "--cycles", "2"]),
+    "trace": ("bench_trace.py", [], ["--quick"]),
+    "middleware": ("bench_middleware.py", [], ["--quick"]),
 }
 
 

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_signal(signum: int, _frame: Any) -> None:
         log_event(log, logging.INFO, "stopping", signal=signal.Signals(signum).name)
-        collector._stopped.set()
+        collector.request_stop()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)

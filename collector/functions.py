@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from itertools import repeat
 from operator import add, itemgetter, mul
 
+from sampler.profile import split_frames
+
 __all__ = ["FunctionSamples", "FunctionStat", "count_frames", "function_stats"]
 
 
@@ -36,7 +38,7 @@ class FunctionSamples:
     def of(cls, counts: Mapping[str, int]) -> FunctionSamples:
         """Counts the frames of a profile of folded counts."""
         stacks = [(stack, count) for stack, count in counts.items() if count > 0]
-        frames = [tuple(dict.fromkeys(reversed(stack.split(";")))) for stack, _ in stacks]
+        frames = [tuple(dict.fromkeys(reversed(split_frames(stack)))) for stack, _ in stacks]
         return count_frames(frames, [count for _, count in stacks])
 
 

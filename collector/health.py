@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from sampler.serving import Environ, Server, StartResponse
 
 __all__ = ["HealthServer", "Metrics", "METRICS"]
 
@@ -23,7 +24,11 @@ METRICS: dict[str, tuple[str, str]] = {
     "fleetflame_collector_poll_cycle_seconds": ("summary", "Duration of whole poll cycles."),
     "fleetflame_collector_overruns_total": (
         "counter",
-        "Poll cycles skipped because the previous one was still running.",
+        "Poll rounds whose last result came later than poll_interval after their start.",
+    ),
+    "fleetflame_collector_skipped_polls_total": (
+        "counter",
+        "Polls of a target skipped because its previous poll was still in flight.",
     ),
     "fleetflame_collector_rows_written_total": ("counter", "Sample rows committed to the store."),
     "fleetflame_collector_samples_written_total": ("counter", "Samples committed to the store."),
@@ -135,52 +140,8 @@ class Metrics:
         return "\n".join(lines) + "\n"
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    timeout = 10
-
-    def do_GET(self) -> None:  # noqa: N802 - stdlib name
-        path = self.path.split("?", 1)[0]
-        if path == "/metrics":
-            self._send(
-                200, "text/plain; version=0.0.4; charset=utf-8", self.server.metrics.render()
-            )
-        elif path == "/healthz":
-            healthy, detail = self.server.status()
-            body = json.dumps({"status": "ok" if healthy else "unhealthy", **detail}, indent=1)
-            self._send(200 if healthy else 503, "application/json", body + "\n")
-        else:
-            self._send(404, "text/plain; charset=utf-8", "try /healthz or /metrics\n")
-
-    def _send(self, status: int, content_type: str, body: str) -> None:
-        data = body.encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        pass
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(
-        self,
-        address: tuple[str, int],
-        metrics: Metrics,
-        status: Callable[[], tuple[bool, dict[str, Any]]],
-    ) -> None:
-        super().__init__(address, _Handler)
-        self.metrics = metrics
-        self.status = status
-
-
 class HealthServer:
-    """Serves /healthz and /metrics on a daemon thread until ``stop()``."""
+    """Serves /healthz and /metrics on daemon threads (the sampler's HTTP server) until ``stop()``."""
 
     def __init__(
         self,
@@ -189,19 +150,40 @@ class HealthServer:
         status: Callable[[], tuple[bool, dict[str, Any]]],
     ) -> None:
         host, _, port = listen.rpartition(":")
-        self._server = _Server((host.strip("[]") or "127.0.0.1", int(port)), metrics, status)
-        self.port: int = self._server.server_address[1]
-        self.url = f"http://{host or '127.0.0.1'}:{self.port}"
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.5},
+        self._metrics = metrics
+        self._status = status
+        self._server = Server(
+            self._app,
+            host.strip("[]") or "127.0.0.1",
+            int(port),
             name="fleetflame-health",
-            daemon=True,
+            workers=2,
         )
-        self._thread.start()
+        self.port: int = self._server.port
+        self.url = f"http://{host or '127.0.0.1'}:{self.port}"
+
+    def _app(self, environ: Environ, start_response: StartResponse) -> list[bytes]:
+        path = environ.get("PATH_INFO", "/")
+        if path == "/metrics":
+            status, kind, body = (
+                200,
+                "text/plain; version=0.0.4; charset=utf-8",
+                self._metrics.render(),
+            )
+        elif path == "/healthz":
+            healthy, detail = self._status()
+            state = {"status": "ok" if healthy else "unhealthy", **detail}
+            status, kind = (200 if healthy else 503), "application/json"
+            body = json.dumps(state, indent=1) + "\n"
+        else:
+            status, kind, body = 404, "text/plain; charset=utf-8", "try /healthz or /metrics\n"
+        data = body.encode("utf-8")
+        reason = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}[status]
+        start_response(
+            f"{status} {reason}", [("Content-Type", kind), ("Content-Length", str(len(data)))]
+        )
+        return [data]
 
     def stop(self) -> None:
         """Stops serving and releases the port."""
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._server.stop()

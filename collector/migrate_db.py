@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from collector.store import Store, StoreError, schema
 
-__all__ = ["MigrationError", "copy_store", "main"]
+__all__ = ["MigrationError", "copy_store", "head_revision", "main"]
 
 # Copy order does not matter for integrity (ids are hashes, there are no foreign keys), but
 # small reference tables first make a partial failure easier to read in the logs.
@@ -36,7 +36,7 @@ TABLES: tuple[sa.Table, ...] = (
     schema.samples,
     schema.cursor_targets,
     schema.cursor_label_sets,
-    schema.cursor_entries,
+    schema.cursor_log,
 )
 
 
@@ -44,7 +44,8 @@ class MigrationError(RuntimeError):
     """The copy cannot be done or did not verify; the message says what to do."""
 
 
-def _head_revision() -> str:
+def head_revision() -> str:
+    """Returns the schema revision this version of fleetflame writes (Alembic's head)."""
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
@@ -113,7 +114,7 @@ def copy_store(
 
 
 def _copy(source: Store, target: Store, batch: int, log: Callable[[str], None]) -> dict[str, int]:
-    head = _head_revision()
+    head = head_revision()
     with source.engine.read_transaction() as conn:
         found = _revision(conn)
     if found is None:

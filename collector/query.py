@@ -2,7 +2,9 @@
 
 Windows are half-open [start, end) in epoch seconds. Each window is cut into segments read
 from the coarsest stored resolution covering them exactly (collector.store.tiers.plan); a
-stored row counts in a window when its bucket start lies in it.
+stored row counts in a window when its bucket start lies in it. Without a host or instance
+filter, the fleet tiers answer (one packed row per service, label set and bucket, see
+collector/store/fleet.py), so a month of a large fleet reads a few hundred rows.
 """
 
 from __future__ import annotations
@@ -17,50 +19,38 @@ from collector.functions import FunctionStat, function_stats
 from collector.store import schema
 from collector.store.engines.base import translate_errors
 from collector.store.errors import InvalidQuery
-from collector.store.rows import MODES
+from collector.store.reads import (
+    Filters,
+    check_filters,
+    check_window,
+    merge_intervals,
+    read_counts,
+    read_points,
+    read_recent,
+    series_groups,
+)
 from collector.store.store import Store
-from collector.store.tiers import Segment, plan
-from sampler.profile import Node, build_tree
+from collector.store.tiers import Segment, TierState, plan
+from sampler.profile import Node, Profile, build_tree, rescale
 
-__all__ = ["Filters", "FunctionStat", "Query"]
+__all__ = ["Filters", "FunctionStat", "Query", "StackCounts"]
 
 _STACK_CACHE_LIMIT = 1_000_000
+EVERYTHING = Filters()  # no filter: every series of a mode (cpu)
 
 
 @dataclass(frozen=True)
-class Filters:
-    """Which samples a query reads: values of one key are OR-ed, different keys AND-ed."""
+class StackCounts:
+    """The merged samples of a window by stack id, and the seconds one of them stands for.
 
-    mode: str = "cpu"
-    services: tuple[str, ...] = ()
-    hosts: tuple[str, ...] = ()
-    instances: tuple[str, ...] = ()
-    labels: tuple[tuple[str, str], ...] = ()
+    ``intervals`` are the sampling intervals of the series read: with several, the counts
+    of the coarser ones were scaled to the finest (``interval``), so that every count
+    stands for the same time (rounded per stack).
+    """
 
-    def label_groups(self) -> dict[str, list[str]]:
-        """Returns the label filter as key -> accepted values."""
-        groups: dict[str, list[str]] = {}
-        for key, value in self.labels:
-            groups.setdefault(key, []).append(value)
-        return groups
-
-
-def _check_window(start: object, end: object) -> tuple[int, int]:
-    for name, value in (("start", start), ("end", end)):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise InvalidQuery(f"{name} must be integer epoch seconds, got {value!r:.40}")
-    assert isinstance(start, int) and isinstance(end, int)
-    if end < start:
-        raise InvalidQuery(f"window end {end} is before its start {start}")
-    return start, end
-
-
-def _check_filters(filters: Filters) -> Filters:
-    if not isinstance(filters, Filters):
-        raise InvalidQuery(f"expected Filters, got {type(filters).__name__}")
-    if filters.mode not in MODES:
-        raise InvalidQuery(f"mode {filters.mode!r:.20} is not one of {MODES}")
-    return filters
+    counts: dict[int, int]
+    interval: float
+    intervals: tuple[float, ...] = ()
 
 
 class Query:
@@ -70,11 +60,23 @@ class Query:
         self.store = store
         self._stacks: dict[int, str] = {}  # stack ids are hashes of their text: never stale
 
-    def plan(self, start: int, end: int, *, max_width: int | None = None) -> list[Segment]:
+    def _states(self, conn: sa.Connection, filters: Filters | None = None) -> list[TierState]:
+        if filters is None or filters.fleet_wide:
+            return self.store.all_tier_states(conn)
+        return self.store.tier_states(conn)
+
+    def plan(
+        self,
+        start: int,
+        end: int,
+        *,
+        max_width: int | None = None,
+        filters: Filters | None = None,
+    ) -> list[Segment]:
         """Returns the segments a window is read from (see collector.store.tiers.plan)."""
-        start, end = _check_window(start, end)
+        start, end = check_window(start, end)
         with translate_errors("planning a query"), self.store.engine.read_transaction() as conn:
-            return plan(start, end, self.store.tier_states(conn), max_width=max_width)
+            return plan(start, end, self._states(conn, filters), max_width=max_width)
 
     def resolution(self, start: int, end: int) -> int:
         """Returns the coarsest bucket width at which this window's samples are still kept.
@@ -84,34 +86,78 @@ class Query:
         profile may read pre-aggregated coarser rows for buckets fully inside the window,
         which gives the same counts faster.
         """
-        segments = self.plan(start, end, max_width=self.store.tiers[0].width)
+        segments = self.plan(start, end, max_width=self.store.tiers[0].width, filters=Filters())
         return max((s.width for s in segments), default=self.store.tiers[0].width)
 
-    def profile(self, start: int, end: int, filters: Filters = Filters()) -> dict[str, int]:
+    def profile(self, start: int, end: int, filters: Filters = EVERYTHING) -> dict[str, int]:
         """Returns the merged folded counts of the samples matching `filters` in [start, end)."""
         totals = self.profile_ids(start, end, filters)
         names = self.stack_names(totals)
         return {names[sid]: count for sid, count in totals.items()}
 
-    def profile_ids(self, start: int, end: int, filters: Filters = Filters()) -> dict[int, int]:
+    def read(self, start: int, end: int, filters: Filters = EVERYTHING) -> Profile:
+        """Returns the merged profile of [start, end): folded counts with their interval."""
+        counts = self.stack_counts(start, end, filters)
+        names = self.stack_names(counts.counts)
+        return Profile(
+            {names[sid]: count for sid, count in counts.counts.items()},
+            interval=counts.interval,
+            mode=filters.mode,
+        )
+
+    def profile_ids(self, start: int, end: int, filters: Filters = EVERYTHING) -> dict[int, int]:
         """Returns the merged counts by stack id (see stack_names) of the samples matching
         `filters` in [start, end); stacks whose samples sum to zero or less are left out."""
-        start, end = _check_window(start, end)
-        filters = _check_filters(filters)
-        totals: dict[int, int] = {}
+        return self.stack_counts(start, end, filters).counts
+
+    def stack_counts(self, start: int, end: int, filters: Filters = EVERYTHING) -> StackCounts:
+        """Returns the merged counts by stack id of a window, with their sampling interval."""
+        start, end = check_window(start, end)
+        filters = check_filters(filters)
+        by_interval: dict[float, dict[int, int]] = {}
         with translate_errors("reading a profile"), self.store.engine.read_transaction() as conn:
-            segments = plan(start, end, self.store.tier_states(conn))
-            series = self._series_ids(filters)
-            alone = self._single_series_span(conn, series)
-            for seg in segments:
-                where = [*self._segment_where(seg), schema.samples.c.series_id.in_(series)]
-                # One bucket of one series holds each stack once: nothing to merge.
-                merge = alone is None or _buckets_in(seg, *alone) > 1
-                ids, counts = self.store.engine.stack_counts(conn, where, merge=merge)
-                _add_counts(totals, ids, counts)
-        if totals and min(totals.values()) <= 0:
-            totals = {sid: count for sid, count in totals.items() if count > 0}
-        return totals
+            segments = plan(start, end, self._states(conn, filters))
+            for group in series_groups(conn, filters):
+                counts = read_counts(self.store.engine, conn, segments, group)
+                if counts and min(counts.values()) <= 0:
+                    counts = {sid: count for sid, count in counts.items() if count > 0}
+                by_interval[group.interval] = counts
+        totals, interval = merge_intervals(by_interval)
+        return StackCounts(totals, interval, tuple(sorted(by_interval)))
+
+    def replicate_counts(
+        self, start: int, end: int, filters: Filters, step: int
+    ) -> dict[tuple[str, int], dict[int, int]]:
+        """Returns the counts by stack id of each instance in each ``step`` of [start, end)
+        (keyed by instance and the step's start): the replicates of a comparison, one grouped
+        query a stored resolution. Read from the instance tiers only (the fleet tiers have no
+        instance), the coarsest no wider than ``step`` where it covers; where only a wider one
+        does (its finer rows expired), each of its buckets counts in the step it starts in."""
+        start, end = check_window(start, end)
+        filters = check_filters(filters)
+        s, sr = schema.samples, schema.series
+        out: dict[tuple[str, int], dict[int, int]] = {}
+        with translate_errors("reading replicates"), self.store.engine.read_transaction() as conn:
+            # Rollups no wider than a step where they cover: fewer rows, the same replicates.
+            segments = plan(start, end, self.store.tier_states(conn), max_width=step)
+            for group in series_groups(conn, filters):
+                for seg in segments:
+                    index = ((s.c.bucket - start) // step).label("step")
+                    stmt = (
+                        sa.select(sr.c.instance, index, s.c.stack_id, sa.func.sum(s.c["count"]))
+                        .join_from(s, sr, s.c.series_id == sr.c.id)
+                        .where(
+                            s.c.width == seg.width,
+                            s.c.bucket >= seg.start,
+                            s.c.bucket < seg.end,
+                            s.c.series_id.in_(group.series),
+                        )
+                        .group_by(sr.c.instance, index, s.c.stack_id)
+                    )
+                    for instance, k, stack, count in conn.execute(stmt):
+                        counts = out.setdefault((instance, start + int(k) * step), {})
+                        counts[stack] = counts.get(stack, 0) + int(count)
+        return out
 
     def stack_names(self, ids: Iterable[int]) -> dict[int, str]:
         """Returns the folded text of stacks by id (remembered, up to a million stacks; the
@@ -128,69 +174,56 @@ class Query:
     def recent_stacks(self, start: int, end: int) -> list[int]:
         """Returns the ids of every stack with samples in [start, end), whatever its series,
         the most recently sampled first."""
-        start, end = _check_window(start, end)
-        s = schema.samples
-        last: dict[int, int] = {}
+        start, end = check_window(start, end)
         with (
             translate_errors("reading recent stacks"),
             self.store.engine.read_transaction() as conn,
         ):
-            for seg in plan(start, end, self.store.tier_states(conn)):
-                stmt = (
-                    sa.select(s.c.stack_id, sa.func.max(s.c.bucket))
-                    .where(*self._segment_where(seg))
-                    .group_by(s.c.stack_id)
-                )
-                for sid, bucket in conn.execute(stmt):
-                    if bucket > last.get(sid, bucket - 1):
-                        last[sid] = bucket
+            last = read_recent(conn, plan(start, end, self._states(conn)))
         return sorted(last, key=last.__getitem__, reverse=True)
 
-    def tree(self, start: int, end: int, filters: Filters = Filters()) -> Node:
+    def tree(self, start: int, end: int, filters: Filters = EVERYTHING) -> Node:
         """Returns the call tree of the merged profile (sampler.profile.Node; to_dict() for d3)."""
         return build_tree(self.profile(start, end, filters))
 
     def timeline(
-        self, start: int, end: int, filters: Filters = Filters(), step: int | None = None
+        self, start: int, end: int, filters: Filters = EVERYTHING, step: int | None = None
     ) -> list[tuple[int, int]]:
-        """Returns (bucket start, samples) of non-empty buckets, finest stored or per `step` seconds."""
-        start, end = _check_window(start, end)
-        filters = _check_filters(filters)
+        """Returns (bucket start, samples) of non-empty buckets, finest stored or per `step`
+        seconds; samples of several intervals are counted at the finest (as stack_counts)."""
+        start, end = check_window(start, end)
+        filters = check_filters(filters)
         if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step <= 0):
             raise InvalidQuery(f"step must be a positive number of seconds, got {step!r:.20}")
         max_width = step if step is not None else self.store.tiers[0].width
-        points: dict[int, int] = {}
+        by_interval: dict[float, dict[int, int]] = {}
         with translate_errors("reading a timeline"), self.store.engine.read_transaction() as conn:
-            segments = plan(start, end, self.store.tier_states(conn), max_width=max_width)
-            series = self._series_ids(filters)
-            for seg in segments:
-                s = schema.samples
-                stmt = (
-                    sa.select(s.c.bucket, sa.func.sum(s.c.count))
-                    .where(*self._segment_where(seg), s.c.series_id.in_(series))
-                    .group_by(s.c.bucket)
-                )
-                for bucket, count in conn.execute(stmt):
-                    key = bucket if step is None else bucket - bucket % step
-                    points[key] = points.get(key, 0) + int(count)
+            segments = plan(start, end, self._states(conn, filters), max_width=max_width)
+            for group in series_groups(conn, filters):
+                by_interval[group.interval] = read_points(conn, segments, group, step)
+        finest = min(by_interval, default=1.0)
+        points: dict[int, int] = {}
+        for interval, counts in by_interval.items():
+            for bucket, count in rescale(counts, interval / finest).items():  # type: ignore[arg-type]
+                points[bucket] = points.get(bucket, 0) + count  # type: ignore[call-overload]
         return sorted(points.items())
 
     def top_functions(
-        self, start: int, end: int, filters: Filters = Filters(), limit: int = 50
+        self, start: int, end: int, filters: Filters = EVERYTHING, limit: int = 50
     ) -> list[FunctionStat]:
         """Returns the frames with the most self samples in the window, with their total samples."""
         return function_stats(self.profile(start, end, filters), limit)
 
     def label_values(
-        self, start: int, end: int, filters: Filters = Filters()
+        self, start: int, end: int, filters: Filters = EVERYTHING
     ) -> dict[str, list[str]]:
         """Returns the values of service, host, instance and every label key seen in the window.
 
         The values offered for one key honour the filters on every other key, so a filter
         dropdown keeps listing the alternatives to its own selection.
         """
-        start, end = _check_window(start, end)
-        filters = _check_filters(filters)
+        start, end = check_window(start, end)
+        filters = check_filters(filters)
         sr, ls = schema.series, schema.label_sets
         stmt = (
             sa.select(sr.c.service, sr.c.host, sr.c.instance, ls.c.labels)
@@ -208,33 +241,7 @@ class Query:
             ]
         return _values_by_key(rows, filters)
 
-    # Helpers ---------------------------------------------------------------------------------
-
-    def _segment_where(self, seg: Segment) -> list[sa.ColumnElement[bool]]:
-        s = schema.samples
-        return [s.c.width == seg.width, s.c.bucket >= seg.start, s.c.bucket < seg.end]
-
-    def _series_ids(self, filters: Filters) -> sa.Select:
-        sr, lp = schema.series, schema.label_pairs
-        where = [sr.c.mode == filters.mode]
-        for column, values in (
-            (sr.c.service, filters.services),
-            (sr.c.host, filters.hosts),
-            (sr.c.instance, filters.instances),
-        ):
-            if values:
-                where.append(column.in_(list(values)))
-        for key, values in filters.label_groups().items():
-            matching = sa.select(lp.c.label_set_id).where(lp.c.key == key, lp.c.value.in_(values))
-            where.append(sr.c.label_set_id.in_(matching))
-        return sa.select(sr.c.id).where(*where)
-
-    def _single_series_span(self, conn: sa.Connection, series: sa.Select) -> tuple[int, int] | None:
-        """Returns the first and last bucket of the only series matching, if one does."""
-        sr = schema.series
-        span = series.with_only_columns(sr.c.first_bucket, sr.c.last_bucket).limit(2)
-        rows = conn.execute(span).all()
-        return (rows[0][0], rows[0][1]) if len(rows) == 1 else None
+    # Helpers -------------------------------------------------------------------------------------
 
     def _stack_names(self, conn: sa.Connection, ids: Iterable[int]) -> dict[int, str]:
         wanted = list(ids)
@@ -276,23 +283,3 @@ def _values_by_key(
             if passes(columns, labels, key):
                 result.setdefault(key, set()).add(value)
     return {key: sorted(values) for key, values in result.items()}
-
-
-def _buckets_in(seg: Segment, first: int, last: int) -> int:
-    """Returns how many of the segment's buckets may hold rows of a series whose finest
-    buckets run from ``first`` to ``last``."""
-    start = max(seg.start, first - first % seg.width)
-    end = min(seg.end, last + 1)
-    return max(0, -(-end // seg.width) - -(-start // seg.width))
-
-
-def _add_counts(totals: dict[int, int], ids: list[int], counts: list[int]) -> None:
-    """Adds counts to ``totals`` by stack id."""
-    if not totals:
-        totals.update(zip(ids, counts, strict=True))
-        if len(totals) == len(ids):
-            return
-        totals.clear()  # an id came twice: add them up below
-    get = totals.get
-    for stack_id, count in zip(ids, counts, strict=True):
-        totals[stack_id] = get(stack_id, 0) + count

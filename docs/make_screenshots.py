@@ -62,6 +62,12 @@ def main(out_dir: str = "docs") -> int:
                     page.goto(base + path)
                     page.wait_for_selector("body[data-state=ready]", timeout=60_000)
                     page.wait_for_selector("#chart .d3-flame-graph-label", timeout=60_000)
+                    # The compare page's statistics come after its graph (and colour it again).
+                    page.wait_for_function(
+                        "() => !document.getElementById('significance') || "
+                        "document.getElementById('significance').textContent.includes('judged')",
+                        timeout=60_000,
+                    )
                     page.wait_for_timeout(600)  # d3-flame-graph's label transition
                     target = Path(out_dir) / name
                     tmp_png = target.with_suffix(".tmp.png")

@@ -2,7 +2,9 @@
 
 Like ``python -m cProfile``: the program runs as ``__main__`` with its own arguments, and
 ``--output`` / ``--svg`` write the profile when it exits. ``--port`` also serves the endpoint
-while it runs.
+while it runs. With ``--every SECONDS``, ``--output`` is a directory that gets one folded file
+per period, holding that period's samples only (``fleetflame compare`` takes each file as a
+replicate).
 """
 
 from __future__ import annotations
@@ -12,12 +14,16 @@ import os
 import runpy
 import sys
 import tempfile
+import threading
+import time
 from typing import Any
 
 from . import _svg
-from ._core import start, stop
+from ._core import Sampler
+from ._process import start, stop
 from ._settings import SETTINGS, ConfigError
-from .profile import format_folded
+from ._stack_walk import hide_code
+from .profile import format_folded, subtract
 
 # Settings that the run command exposes as options, besides --output/--svg.
 _OPTIONS = (
@@ -27,6 +33,7 @@ _OPTIONS = (
     "interval",
     "mode",
     "driver",
+    "engine",
     "service",
     "labels",
     "max_depth",
@@ -46,10 +53,27 @@ def _parser() -> argparse.ArgumentParser:
         if setting.name in _OPTIONS:
             flag = "--" + setting.name.replace("_", "-")
             default = "none (no endpoint)" if setting.name == "port" else setting.default
+            # A switch (lineno, thread_frames) is on given alone, or takes a value (=0 for off).
+            switch = {"nargs": "?", "const": "1"} if isinstance(setting.default, bool) else {}
             parser.add_argument(
-                flag, dest=setting.name, default=None, help=f"{setting.help} Default: {default}."
+                flag,
+                dest=setting.name,
+                default=None,
+                help=f"{setting.help} Default: {default}.",
+                **switch,  # type: ignore[arg-type]
             )
-    parser.add_argument("-o", "--output", help="write folded stacks here when the program exits")
+    parser.add_argument(
+        "-o",
+        "--output",
+        help="write folded stacks here when the program exits (with --every: a directory)",
+    )
+    parser.add_argument(
+        "--every",
+        type=float,
+        metavar="SECONDS",
+        help="write one folded file per period of SECONDS into the --output directory, each "
+        "with that period's samples only, and the last partial period at exit",
+    )
     parser.add_argument("--svg", help="write an SVG flamegraph here when the program exits")
     parser.add_argument(
         "-m", dest="module", action="store_true", help="run the target as a module (like python -m)"
@@ -71,9 +95,61 @@ def _write_atomically(path: str, text: str) -> None:
         raise
 
 
+class _Periods:
+    """Writes each period's samples (the difference of the cumulative counts) to a folded
+    file of its own, named by the period's start so that the files sort in time."""
+
+    def __init__(self, sampler: Sampler, folder: str, every: float) -> None:
+        self._sampler = sampler
+        self._folder = folder
+        self._every = every
+        self._last: dict[str, int] = {}
+        self._start = time.time()
+        self._sequence = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fleetflame-periods", daemon=True)
+
+    def start(self) -> None:
+        """Starts the daemon thread that writes a file at the end of every period."""
+        self._thread.start()
+
+    def finish(self) -> None:
+        """Stops that thread and writes the last, partial period."""
+        self._done.set()
+        self._thread.join()
+        self._write()
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + self._every
+        while not self._done.wait(max(0.0, deadline - time.monotonic())):
+            self._write()
+            # Periods keep their length on average; after a stall (a suspended machine) the
+            # next one starts now rather than several being written at once.
+            deadline = max(deadline + self._every, time.monotonic())
+
+    def _write(self) -> None:
+        now = time.time()
+        counts = self._sampler.folded()
+        start = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self._start))
+        millis = int(self._start % 1 * 1000)
+        name = f"{start}.{millis:03d}Z-p{os.getpid()}-{self._sequence:06d}.folded"
+        try:
+            _write_atomically(
+                os.path.join(self._folder, name), format_folded(subtract(counts, self._last))
+            )
+        except OSError as exc:
+            print(f"fleetflame: could not write {name}: {exc.strerror}", file=sys.stderr)
+        self._last, self._start, self._sequence = counts, now, self._sequence + 1
+
+
 def run(argv: list[str]) -> int:
     """Runs the program described by ``argv`` under the sampler; returns its exit status."""
     options = _parser().parse_args(argv)
+    if options.every is not None:
+        problem = _periods_problem(options.output, options.every)
+        if problem:
+            print(f"python -m sampler run: {problem}", file=sys.stderr)
+            return 2
     overrides: dict[str, Any] = {name: getattr(options, name) for name in _OPTIONS}
     if overrides["port"] is None:
         overrides["port"] = "none"
@@ -85,8 +161,13 @@ def run(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"python -m sampler run: {exc}", file=sys.stderr)
         return 2
+    _hide_launcher(sampler.engine.name)
     if sampler.url:
         print(f"fleetflame: sampling, curl {sampler.url}/stacks", file=sys.stderr)
+    periods = None
+    if options.every is not None:
+        periods = _Periods(sampler, options.output, options.every)
+        periods.start()
     status = 0
     try:
         if options.module:
@@ -99,7 +180,9 @@ def run(argv: list[str]) -> int:
     finally:
         stop()
         counts = sampler.folded()
-        if options.output:
+        if periods is not None:
+            periods.finish()
+        elif options.output:
             _write_atomically(options.output, format_folded(counts))
         if options.svg:
             title = f"{sampler.labels['service']} ({sampler.mode})"
@@ -110,9 +193,37 @@ def run(argv: list[str]) -> int:
     return status
 
 
+def _hide_launcher(engine: str) -> None:
+    """Leaves this launcher's frames out of the program's stacks, which then start at its own
+    ``__main__:<module>``: every frame above run() and runpy's functions that run the target."""
+    frame: Any = sys._getframe(0)
+    while frame is not None:
+        hide_code(frame.f_code, engine)
+        frame = frame.f_back
+    for function in (runpy.run_path, runpy.run_module, runpy._run_module_code, runpy._run_code):  # type: ignore[attr-defined]
+        hide_code(function.__code__, engine)
+
+
+def _periods_problem(output: str | None, every: float) -> str | None:
+    """Says what is wrong with ``--every`` and its directory, or makes the directory."""
+    if not 0 < every < float("inf"):
+        return f"--every must be a positive number of seconds, got {every}"
+    if not output:
+        return "--every needs --output DIR, the directory that gets one file per period"
+    try:
+        os.makedirs(output, exist_ok=True)
+    except OSError as exc:
+        return f"--output {output}: cannot make that directory: {exc.strerror}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m sampler``: only the ``run`` subcommand exists."""
+    """Entry point of ``python -m sampler``: ``run``, and ``trace`` (sampler/_trace_cli.py)."""
     args = sys.argv[1:] if argv is None else argv
+    if args and args[0] == "trace":
+        from ._trace_cli import main as trace
+
+        return trace(args[1:])
     if args and args[0] == "run":
         args = args[1:]
     elif args and args[0] not in ("-h", "--help"):

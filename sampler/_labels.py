@@ -9,14 +9,16 @@ created inside a tagged block, merge with the labels of their context.
 from __future__ import annotations
 
 import contextvars
-import functools
-import inspect
 import sys
 import threading
+from collections import deque
 from collections.abc import Callable
-from typing import Any, TypeVar
 
-F = TypeVar("F", bound=Callable[..., Any])
+TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    F = TypeVar("F", bound=Callable[..., Any])
 
 # Distinct label sets are bounded: a service that tags with request ids must not grow forever.
 MAX_LABEL_SETS = 10_000
@@ -28,6 +30,14 @@ _sets: list[tuple[tuple[str, str], ...]] = [()]
 _ids: dict[tuple[tuple[str, str], ...], int] = {(): 0}
 # id(frame) -> label set id, for every frame inside a tag; read by the sampler's stack walk.
 frame_tags: dict[int, int] = {}
+# The native engine drains samples after they were taken, when a tag may have closed (and its
+# frame's id been reused): while it runs, each tag also keeps spans of its clock (ticked at
+# every tag opened or closed, read with every sample), id(frame) -> [[opened, closed, label
+# set id], ...]. Closed spans go once no sample can still need them (prune_spans).
+tag_spans: dict[int, list[list[int]]] = {}
+OPEN = 2**63
+_closed: deque[tuple[int, list[int]]] = deque()
+_clock: Callable[[], int] | None = None
 _current: contextvars.ContextVar[tuple[tuple[str, str], ...]] = contextvars.ContextVar(
     "fleetflame_labels", default=()
 )
@@ -63,6 +73,44 @@ def _intern(items: tuple[tuple[str, str], ...]) -> int:
         return _ids[items]
 
 
+def keep_spans(clock: Callable[[], int] | None) -> None:
+    """Starts keeping spans on ``clock`` (the native engine's tag clock), or stops with None."""
+    global _clock
+    tag_spans.clear()
+    _closed.clear()
+    _clock = clock
+    if clock is not None:
+        now = clock()
+        for frame_key, set_id in list(frame_tags.items()):
+            tag_spans[frame_key] = [[now, OPEN, set_id]]
+
+
+def prune_spans(before: int) -> None:
+    """Forgets the spans closed before tag time ``before``."""
+    while _closed and _closed[0][1][1] <= before:
+        frame_key, span = _closed.popleft()
+        spans = tag_spans.get(frame_key)
+        if spans is not None:
+            try:
+                spans.remove(span)
+            except ValueError:
+                pass
+            if not spans:
+                tag_spans.pop(frame_key, None)
+
+
+def _retag(frame_key: int, set_id: int | None) -> None:
+    # The frame's tag changes to set_id (None: untagged) at the clock's next tick.
+    assert _clock is not None
+    now = _clock()
+    spans = tag_spans.get(frame_key)
+    if spans and spans[-1][1] == OPEN:
+        spans[-1][1] = now
+        _closed.append((frame_key, spans[-1]))
+    if set_id is not None:
+        tag_spans.setdefault(frame_key, []).append([now, OPEN, set_id])
+
+
 def _clean(labels: dict[str, Any]) -> dict[str, str]:
     return {str(k)[:_MAX_TEXT]: str(v)[:_MAX_TEXT] for k, v in labels.items()}
 
@@ -70,19 +118,37 @@ def _clean(labels: dict[str, Any]) -> dict[str, str]:
 class _Tag:
     """Labels recorded against one frame while a with block or a tagged call runs in it."""
 
-    __slots__ = ("_labels", "_frame_key", "_previous", "_token")
+    __slots__ = ("_labels", "_frame_key", "_previous", "_token", "_outer")
 
     def __init__(self, labels: dict[str, Any]) -> None:
         self._labels = _clean(labels)
 
     def enter(self, frame: Any) -> None:
-        merged = dict(_current.get())
+        self._outer = _current.get()
+        merged = dict(self._outer)
         merged.update(self._labels)
         items = tuple(sorted(merged.items()))
         self._token = _current.set(items)
         self._frame_key = id(frame)
         self._previous = frame_tags.get(self._frame_key)
-        frame_tags[self._frame_key] = _intern(items)
+        set_id = frame_tags[self._frame_key] = _intern(items)
+        if _clock is not None:
+            _retag(self._frame_key, set_id)
+
+    def relabel(self, **labels: Any) -> int:
+        """Changes this open tag's labels from now on; returns the new label set's id.
+
+        For what is known only after the tag opened (a request's route, once routed); samples
+        taken before keep the labels they were taken under, with either engine."""
+        self._labels.update(_clean(labels))
+        merged = dict(self._outer)
+        merged.update(self._labels)
+        items = tuple(sorted(merged.items()))
+        set_id = frame_tags[self._frame_key] = _intern(items)
+        if _clock is not None:
+            _retag(self._frame_key, set_id)
+        _current.set(items)  # undone by __exit__'s reset, which restores the value before enter
+        return set_id
 
     def __enter__(self) -> None:
         self.enter(sys._getframe(1))
@@ -92,6 +158,8 @@ class _Tag:
             frame_tags.pop(self._frame_key, None)
         else:
             frame_tags[self._frame_key] = self._previous
+        if _clock is not None:
+            _retag(self._frame_key, self._previous)
         _current.reset(self._token)
 
 
@@ -102,6 +170,9 @@ def tag(**labels: Any) -> _Tag:
 
 def tagged(**labels: Any) -> Callable[[F], F]:
     """Decorates a function (or coroutine function) so samples inside its calls carry labels."""
+
+    import functools
+    import inspect
 
     def decorate(func: F) -> F:
         if inspect.iscoroutinefunction(func):

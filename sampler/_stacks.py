@@ -2,20 +2,26 @@
 
 A stack is kept as a tuple of small integers, one per frame, leaf first; a frame's name is
 formatted once per code object and interned. Folded text is produced only when someone reads.
+Walking one thread's stack is in ``_stack_walk``; the counting, and the CPU each thread used
+between ticks, are here.
 """
 
 from __future__ import annotations
 
-import inspect
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping
-from types import FrameType
-from typing import Any
+from types import CodeType, FrameType
 
-from . import _labels
-from .profile import escape_frame
+from . import _labels, _waits
+from ._stack_walk import RESUMABLE, ThreadState, walk
+from .profile import escape_frame, thread_frame
+
+TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 TRUNCATED = "[truncated]"
 OTHER = "[other]"
@@ -40,51 +46,7 @@ try:
 except AttributeError:  # pragma: no cover - platforms without per-thread CPU clocks
     _thread_cpu_clock = None  # type: ignore[assignment]
 
-
-# Generator and coroutine frames can be resumed by a different caller: never reuse past them.
-_RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
-
-
-class _ThreadState:
-    """What the previous tick saw of one thread: its CPU clock and the last stack walked.
-
-    The frames of the last walk are kept (so their ids stay unique) until the next tick that
-    walks the thread, and dropped at any tick that finds the thread did not run; the top frame
-    is replaced at every tick the thread moved. So a finished frame's locals are never kept
-    alive for long: one tick, or RECHECK seconds for a thread that did not move.
-    """
-
-    __slots__ = (
-        "cpu",
-        "read_at",
-        "idle",
-        "top",
-        "lasti",
-        "key",
-        "frames",
-        "ids",
-        "truncated",
-        "pending",
-        "pending_key",
-        "before_key",
-    )
-
-    def __init__(self, cpu: float) -> None:
-        self.cpu = cpu
-        self.read_at = 0.0
-        self.idle = False  # sat still and used no CPU at the last read: blocked
-        # CPU read at the last tick, charged at the next one: to ``pending_key`` (where the thread
-        # was seen), or to ``before_key`` (where it was seen the tick before) if it turns out to
-        # be blocked where it was seen, since then it spent that CPU before it got there.
-        self.pending = 0.0
-        self.pending_key: tuple[int, tuple[int, ...]] | None = None
-        self.before_key: tuple[int, tuple[int, ...]] | None = None
-        self.top: FrameType | None = None  # the thread's top frame at the last tick (live then)
-        self.lasti = -1
-        self.key: tuple[int, tuple[int, ...]] | None = None  # the stack key of ``top``
-        self.frames: list[FrameType] | None = None
-        self.ids: list[int] = []
-        self.truncated = False
+StackKey = tuple[int, tuple[int, ...]]  # (label set id, frame name ids leaf first)
 
 
 class StackTable:
@@ -99,6 +61,7 @@ class StackTable:
         max_stacks: int,
         lineno: bool,
         thread_frames: bool,
+        recent: int = 0,
     ) -> None:
         self.mode = mode
         self.interval = interval
@@ -106,15 +69,23 @@ class StackTable:
         self.max_stacks = max_stacks
         self.lineno = lineno
         self.thread_frames = thread_frames
-        # Weights are exact (time used / interval), as floats: rounding each tick to whole
-        # samples would alias with periodic work. Readers round; a rounded growing number grows.
-        self.counts: dict[tuple[int, tuple[int, ...]], float] = {}
+        # Whole samples per stack (see add: weights are rounded without bias as they come).
+        self.counts: dict[StackKey, int] = {}
+        self.residues: dict[StackKey, float] = {}  # in (-1, 1): exact weight - count
+        import random  # here, not at import: it costs ~2 ms
+
+        self._random = random.Random().random
         # The tick that last added to each count, so a reader can ask for what changed since
         # a tick it already read (GET /profile.json?since=); the tick counter is `generation`.
         self.touched: dict[tuple[int, tuple[int, ...]], int] = {}
+        # The last ``recent`` samples as (monotonic seconds, thread ident, key, weight), for
+        # what a stall or a slow request was doing (the native engine keeps them).
+        self.recent: deque[tuple[float, int, StackKey, float]] | None = (
+            deque(maxlen=recent) if recent else None
+        )
         self.generation = 0
         self.stopped = False  # set at stop: readers then read, and take no tick
-        self.total = 0.0
+        self.total = 0
         self.late = 0.0  # samples that arrived late (see LATE)
         self.names: list[str] = []
         self._name_ids: dict[str, int] = {}
@@ -122,18 +93,20 @@ class StackTable:
         # Keyed by id because a code object hashes its whole bytecode, slowly, every time.
         self._code_ids: dict[Any, int] = {}
         self._code_refs: list[Any] = []
-        self._threads: dict[int, _ThreadState] = {}
+        self._threads: dict[int, ThreadState] = {}
         self._last_wall = time.perf_counter()
         self.cpu_clocks = mode == "cpu" and _thread_cpu_clock is not None
-        self._intern(TOO_MANY_NAMES)
-        self._truncated = self._intern(TRUNCATED)
-        self._other = (self._intern(OTHER),)
+        # wall mode: a thread that used under a fifth of its wall time in CPU waited
+        self.wall_clocks = mode == "wall" and _thread_cpu_clock is not None
+        self.intern(TOO_MANY_NAMES)
+        self.truncated_id = self.intern(TRUNCATED)
+        self.other = (self.intern(OTHER),)
 
     def baseline(self, excluded: set[int]) -> None:
         """Records the CPU every existing thread used so far, so it is not counted."""
         for ident in sys._current_frames():
             if ident not in excluded:
-                self._threads[ident] = _ThreadState(self._thread_cpu(ident))
+                self._threads[ident] = ThreadState(self._thread_cpu(ident))
 
     def rebaseline(self, excluded: set[int]) -> int:
         """Forgets time not yet attributed (no tick could see where it went); returns it in samples."""
@@ -147,13 +120,14 @@ class StackTable:
                 continue
             state = self._threads.get(ident)
             if state is None:
-                state = self._threads[ident] = _ThreadState(0.0)
+                state = self._threads[ident] = ThreadState(0.0)
             cpu = self._thread_cpu(ident)
             lost += cpu - state.cpu + state.pending * self.interval
             state.cpu, state.read_at, state.pending = cpu, 0.0, 0.0
         return int(lost / self.interval)
 
-    def _intern(self, name: str) -> int:
+    def intern(self, name: str) -> int:
+        """Returns the id of a frame name, adding it (bounded: past MAX_NAMES, one shared id)."""
         name_id = self._name_ids.get(name)
         if name_id is None:
             if len(self.names) >= MAX_NAMES:
@@ -167,92 +141,39 @@ class StackTable:
         key: Any = (id(code), frame.f_lineno) if self.lineno else id(code)
         frame_id = self._code_ids.get(key)
         if frame_id is None:
-            module = frame.f_globals.get("__name__") or code.co_filename
-            name = f"{module}:{getattr(code, 'co_qualname', code.co_name)}"
-            if self.lineno:
-                name = f"{name}:{frame.f_lineno}"
             if len(self._code_ids) >= _MAX_CODE_CACHE:
                 self._code_ids.clear()
                 self._code_refs.clear()
+            frame_id = self._code_ids[key] = self.intern_frame(
+                frame.f_globals.get("__name__"), code, frame.f_lineno if self.lineno else -1
+            )
             self._code_refs.append(code)
-            frame_id = self._code_ids[key] = self._intern(escape_frame(name))
         return frame_id
 
+    def intern_frame(self, module: str | None, code: CodeType, line: int) -> int:
+        """Returns the id of a frame's name: ``module:qualname`` (``:line`` with lineno)."""
+        name = f"{module or code.co_filename}:{getattr(code, 'co_qualname', code.co_name)}"
+        if self.lineno:
+            name = f"{name}:{line}"
+        return self.intern(escape_frame(name))
+
     def _thread_cpu(self, ident: int) -> float:
-        if not self.cpu_clocks:
+        if not (self.cpu_clocks or self.wall_clocks):
             return 0.0
         try:
             return time.clock_gettime(_thread_cpu_clock(ident))
         except OSError:
             return 0.0
 
-    def _walk(self, frame: FrameType | None, state: _ThreadState, tags: Mapping[int, int]) -> int:
-        """Walks the stack ending in ``frame`` into ``state``; returns its label set id.
-
-        Walking stops at the first frame that was on this thread's stack at the last walk:
-        from there on the callers are the ones seen then.
-        """
-        previous = state.frames
-        positions = None
-        if previous and not state.truncated:
-            positions = dict(zip(map(id, previous), range(len(previous)), strict=True))
-        frames: list[FrameType] = []
-        ids: list[int] = []
-        label = 0
-        code_ids = self._code_ids
-        lineno = self.lineno
-        max_depth = self.max_depth
-        while frame is not None:
-            if positions is not None:
-                index = positions.get(id(frame))
-                if index is not None and not frame.f_code.co_flags & _RESUMABLE:
-                    assert previous is not None
-                    if tags and not label:
-                        label = self._label_in(previous, index, tags)
-                    frames += previous[index:]
-                    ids += state.ids[index:]
-                    break
-            if len(ids) == max_depth:
-                state.truncated = True
-                if tags and not label:
-                    label = self._label_in_chain(frame, tags)
-                break
-            if tags and not label:
-                label = tags.get(id(frame), 0)
-            frame_id = None if lineno else code_ids.get(id(frame.f_code))
-            ids.append(self._frame_id(frame) if frame_id is None else frame_id)
-            frames.append(frame)
-            frame = frame.f_back
-        else:
-            state.truncated = False
-        state.frames, state.ids = frames, ids
-        return label
-
-    @staticmethod
-    def _label_in(frames: list[FrameType], start: int, tags: Mapping[int, int]) -> int:
-        for frame in frames[start:]:
-            label = tags.get(id(frame), 0)
-            if label:
-                return label
-        return 0
-
-    @staticmethod
-    def _label_in_chain(frame: FrameType | None, tags: Mapping[int, int]) -> int:
-        while frame is not None:
-            label = tags.get(id(frame), 0)
-            if label:
-                return label
-            frame = frame.f_back
-        return 0
-
-    def _thread_root(self, ident: int) -> int:
+    def thread_root(self, ident: int) -> int:
+        """Returns the id of the root frame naming a thread, ``[thread:NAME]``."""
         thread = threading._active.get(ident)  # type: ignore[attr-defined]
         name = thread.name if thread is not None else str(ident)
-        return self._intern(escape_frame(f"[thread:{name}]"))
+        return self.intern(thread_frame(name))
 
     def sample(
         self, frames: Mapping[int, FrameType], excluded: set[int], *, reader: bool = False
-    ) -> float:
+    ) -> int:
         """Counts one tick over ``frames`` (thread ident -> top frame); returns samples added.
 
         ``reader=True`` is a reader catching up (see ``settle``): not a timer tick, so CPU read
@@ -264,20 +185,21 @@ class StackTable:
         now = time.perf_counter()
         wall_weight = (now - self._last_wall) / interval
         self._last_wall = now
-        added = 0.0
+        added = 0
         me = threading.get_ident()
-        cpu_clocks = self.cpu_clocks
+        cpu_clocks, wall_clocks = self.cpu_clocks, self.wall_clocks
+        waiting = False
         for ident, frame in frames.items():
             if ident in excluded:
                 continue
             state = threads.get(ident)
             if state is None:
                 # A thread born after the baseline: all its CPU time is new.
-                state = threads[ident] = _ThreadState(0.0)
+                state = threads[ident] = ThreadState(0.0)
             moved = (
                 frame is not state.top
                 or frame.f_lasti != state.lasti
-                or frame.f_code.co_flags & _RESUMABLE
+                or frame.f_code.co_flags & RESUMABLE
             )
             if moved:
                 state.top, state.lasti, state.key = frame, frame.f_lasti, None
@@ -296,23 +218,33 @@ class StackTable:
                     self.late += count
             else:
                 count = wall_weight
+                waiting = wall_clocks and ident != me and self._waited(ident, state, count)
             if count <= 0 or (cpu_clocks and state.idle):
                 state.frames = None
                 continue
             key = state.key
             if key is None:
-                label = self._walk(frame, state, tags)
+                label = walk(
+                    frame,
+                    state,
+                    tags,
+                    frame_id=self._frame_id,
+                    code_ids=self._code_ids,
+                    lineno=self.lineno,
+                    max_depth=self.max_depth,
+                )
                 stack = tuple(state.ids)
                 if state.truncated:
-                    stack += (self._truncated,)
+                    stack += (self.truncated_id,)
                 if self.thread_frames:
-                    stack += (self._thread_root(ident),)
+                    stack += (self.thread_root(ident),)
                 key = state.key = (label, stack)
             if cpu_clocks:
                 state.pending, state.before_key, state.pending_key = count, state.pending_key, key
             else:
-                self._add(key, count)
-                added += count
+                if waiting:
+                    key = self._waiting_key(ident, state, key)
+                added += self.add(key, count)
         if len(threads) > len(frames):
             for ident in [i for i in threads if i not in frames]:
                 state = threads.pop(ident)
@@ -321,27 +253,57 @@ class StackTable:
         self.total += added
         return added
 
-    def _add(self, key: tuple[int, tuple[int, ...]], count: float) -> None:
-        counts = self.counts
-        if key in counts:
-            counts[key] += count
-        elif len(counts) < self.max_stacks:
-            counts[key] = count
-        else:
-            key = (key[0], self._other)
-            counts[key] = counts.get(key, 0.0) + count
-        self.touched[key] = self.generation
+    def _waited(self, ident: int, state: ThreadState, weight: float) -> bool:
+        """Wall mode: whether a thread used under a fifth of its ``weight`` intervals in CPU."""
+        cpu = self._thread_cpu(ident)
+        state.ran, state.cpu = cpu - state.cpu, cpu
+        return state.ran * 5 < weight * self.interval
 
-    def _charge(self, state: _ThreadState, blocked_there: bool) -> float:
+    def _waiting_key(self, ident: int, state: ThreadState, key: StackKey) -> StackKey:
+        """The key of a waiting sample: the stack under ``[waiting]`` and what it waits on,
+        read again whenever the thread moved or ran since it was last read waiting."""
+        if state.wait_base is key and not state.ran and state.wait_key is not None:
+            return state.wait_key
+        thread = threading._active.get(ident)  # type: ignore[attr-defined]
+        name = _waits.REASONS[_waits.reason_of(getattr(thread, "native_id", None))]
+        marks: tuple[int, ...] = (self.intern(_waits.WAITING),)
+        if name is not None:
+            marks = (self.intern(name), *marks)
+        state.wait_base, state.wait_key = key, (key[0], marks + key[1])
+        return state.wait_key
+
+    def add(self, key: StackKey, weight: float) -> int:
+        """Adds a sample of ``weight`` intervals to a stack; returns the whole samples added.
+
+        Counts are whole numbers, so a profile's stacks add up to its total and only grow.
+        Each stack carries its fractional remainder; when the remainder is positive it is
+        rounded up with its own probability. So a count is always within one sample of the
+        stack's exact weight, and right on average (rounding every weight the same way would
+        skew stacks whose samples come late)."""
+        counts = self.counts
+        if key not in counts and len(counts) >= self.max_stacks:
+            key = (key[0], self.other)
+        count = int(weight)
+        if weight != count:
+            residue = self.residues.get(key, 0.0) + (weight - count)
+            if residue > 0.0 and self._random() < residue:
+                count += 1
+                residue -= 1.0
+            self.residues[key] = residue
+        if count <= 0:
+            return 0
+        counts[key] = counts.get(key, 0) + count
+        self.touched[key] = self.generation
+        return count
+
+    def _charge(self, state: ThreadState, blocked_there: bool) -> int:
         key = (
             state.before_key
             if blocked_there and state.before_key is not None
             else state.pending_key
         )
-        count, state.pending = state.pending, 0.0
-        if key is not None:
-            self._add(key, count)
-        return count
+        weight, state.pending = state.pending, 0.0
+        return self.add(key, weight) if key is not None else 0
 
     def settle(self, frames: Mapping[int, FrameType], excluded: set[int], period: float) -> None:
         """Brings the counts up to date for a reader: in cpu mode, takes a tick if none came
@@ -371,6 +333,6 @@ class StackTable:
         names = self.names
         return ";".join([names[i] for i in reversed(key[1])])
 
-    def snapshot(self) -> dict[tuple[int, tuple[int, ...]], float]:
-        """Returns a copy of the counts, in samples, not yet rounded."""
+    def snapshot(self) -> dict[StackKey, int]:
+        """Returns a copy of the counts, in samples."""
         return dict(self.counts)

@@ -11,7 +11,7 @@ import zlib
 from collections.abc import Mapping
 from xml.sax.saxutils import escape, quoteattr
 
-from .profile import Node, build_tree
+from .profile import Node, build_tree, shown_frame
 
 WIDTH = 1200
 ROW = 16
@@ -103,9 +103,10 @@ def render(
     for node, x, d in rows:
         share = node.total / total if total else 0.0
         y = height - 40 - (d + 1) * ROW
-        label = f"{node.name} ({node.total} samples, {100 * share:.2f}%)"
+        name = shown_frame(node.name)  # no name passes for another: bidi overrides written out
+        label = f"{name} ({node.total} samples, {100 * share:.2f}%)"
         parts.append(
-            f'<g data-n={quoteattr(node.name)} data-x="{x:.9f}" data-w="{share:.9f}" data-d="{d}">'
+            f'<g data-n={quoteattr(name)} data-x="{x:.9f}" data-w="{share:.9f}" data-d="{d}">'
             f"<title>{escape(label)}</title>"
             f'<rect x="{x * WIDTH:.2f}" y="{y}" width="{max(share * WIDTH - 0.5, 0):.2f}" '
             f'height="{ROW - 1}" rx="2" fill="{_colour(node.name)}"/>'

@@ -11,9 +11,11 @@ import sys
 # subcommand -> (module with a main(argv) function, one-line help)
 SUBCOMMANDS = {
     "run": ("sampler.__main__", "run a Python program under the sampler"),
+    "trace": ("sampler._trace_cli", "record every call of a short run, for Perfetto"),
     "collect": ("collector.cli", "poll the fleet and store profiles"),
-    "attach": ("collector.attach", "profile a process that cannot import the sampler (py-spy)"),
+    "attach": ("attach.cli", "profile a process that cannot import the sampler (py-spy)"),
     "web": ("webui.cli", "serve the web UI"),
+    "compare": ("collector.compare", "compare two sets of folded files, judged with their noise"),
 }
 
 

@@ -36,7 +36,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     ``config`` may name the file as ``CONFIG_FILE`` and override any setting by its upper-case
     name. The app only reads the database, and never runs in debug mode.
     """
-    from webui import api, auth, db, pages
+    from webui import api, auth, db, findings, history, live, pages, significance, worst
     from webui.settings import load_settings
 
     overrides = dict(config or {})
@@ -51,6 +51,11 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     auth.init_app(app)
     app.register_blueprint(pages.bp)
     app.register_blueprint(api.bp)
+    app.register_blueprint(worst.bp)
+    app.register_blueprint(history.bp)
+    app.register_blueprint(live.bp)
+    app.register_blueprint(findings.bp)
+    app.register_blueprint(significance.bp)
     app.after_request(_security_headers)
     missing = [name for name in VENDOR_FILES if not (STATIC / "vendor" / name).is_file()]
     if missing:

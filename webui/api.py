@@ -8,12 +8,15 @@ variants of them for its two sides. Bad parameters get a 400 whose JSON names th
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from collector.store import InvalidQuery, StoreError, StoreUnavailable
+from sampler.profile import align_up
 from webui import db
+from webui.db import missing_sqlite_file
 from webui.exports import EXPORTS, ExportInfo
 from webui.model import (
     choose_step,
@@ -54,9 +57,14 @@ def _max_nodes() -> int:
 
 
 def _describe(selection: Selection) -> dict[str, Any]:
+    # What is read: the buckets that start in [from, to), so the window read runs from the
+    # first bucket start at or after `from` to the first at or after `to`.
+    bucket = current_app.config["BUCKET_SECONDS"]
     return {
         "from": selection.start,
         "to": selection.end,
+        "read_from": align_up(selection.start, bucket),
+        "read_to": align_up(selection.end, bucket),
         "mode": selection.mode,
         "service": list(selection.services),
         "host": list(selection.hosts),
@@ -75,8 +83,10 @@ def flamegraph() -> Response:
 
     def compute() -> dict[str, Any]:
         with db.paused_gc():
-            stacks = database.sorted_stacks(selection)
-            tree = flame_tree_sorted(stacks, max_nodes=max_nodes, min_share=min_share)
+            stacks, interval = database.sorted_stacks(selection)
+            tree = flame_tree_sorted(
+                stacks, max_nodes=max_nodes, min_share=min_share, interval=interval
+            )
         return {
             "selection": _describe(selection),
             "resolution": database.query.resolution(selection.start, selection.end),
@@ -100,10 +110,12 @@ def diff() -> Response:
     def compute() -> dict[str, Any]:
         with db.paused_gc():
             # Each side read once: the tree and the table describe the same samples.
-            counts_a, counts_b = database.profile_ids(a), database.profile_ids(b)
+            counts_a, counts_b, interval = database.compared(a, b)
             index = database.index
-            tree = diff_tree_sorted(index.arrange([counts_a, counts_b]), max_nodes=max_nodes)
-            samples_a, samples_b = (index.function_samples(c) for c in (counts_a, counts_b))
+            tree = diff_tree_sorted(
+                index.arrange([counts_a, counts_b]), max_nodes=max_nodes, interval=interval
+            )
+            samples_a, samples_b = (database.functions.table(c) for c in (counts_a, counts_b))
             changes = rank_changes(samples_a, samples_b, limit=limit, order=order)
         return {
             "a": _describe(a),
@@ -130,12 +142,42 @@ def timeline() -> Response:
         selection.start, selection.end, db.filters_of(selection), step=step
     )
     filled = fill_timeline(points, selection.start, selection.end, step)
-    return jsonify(
-        selection=_describe(selection),
-        step=step,
-        total=sum(count for _, count in filled),
-        points=filled,
-    )
+    answer: dict[str, Any] = {
+        "selection": _describe(selection),
+        "step": step,
+        "total": sum(count for _, count in filled),
+        "points": filled,
+    }
+    split = (request.args.get("split") or "").strip()
+    if split:
+        answer["split"] = split
+        answer["series"] = _split_timeline(selection, split, step)
+    return jsonify(answer)
+
+
+MAX_SPLIT = 12
+
+
+def _split_timeline(selection: Selection, key: str, step: int) -> list[dict[str, Any]]:
+    """The timeline once per value of ``key`` (a label, or service, host, instance): the
+    ``MAX_SPLIT`` values with the most samples, each its own line."""
+    if len(key) > 200:
+        raise ParamError("split", "a label key, or service, host or instance")
+    query = db.get_db().query
+    filters = db.filters_of(selection)
+    values = query.label_values(selection.start, selection.end, filters).get(key, [])
+    series = []
+    for value in values[:100]:
+        if key in ("service", "host", "instance"):
+            column = {"service": "services", "host": "hosts", "instance": "instances"}[key]
+            narrowed = replace(filters, **{column: (value,)})
+        else:
+            narrowed = replace(filters, labels=(*filters.labels, (key, value)))
+        points = query.timeline(selection.start, selection.end, narrowed, step=step)
+        filled = fill_timeline(points, selection.start, selection.end, step)
+        series.append({"value": value, "total": sum(c for _, c in filled), "points": filled})
+    series.sort(key=lambda s: -s["total"])
+    return series[:MAX_SPLIT]
 
 
 @bp.get("/top")
@@ -147,8 +189,8 @@ def top() -> Response:
 
     def compute() -> dict[str, Any]:
         with db.paused_gc():
-            samples = database.function_samples(selection)
-            functions = top_functions(samples, limit=limit)
+            samples, interval = database.function_samples(selection, limit=limit)
+            functions = top_functions(samples, limit=limit, interval=interval)
         return {"selection": _describe(selection), "total": samples.total, "functions": functions}
 
     key = ("top", selection, limit)
@@ -168,7 +210,7 @@ def labels() -> Response:
 @bp.get("/export")
 def export() -> Response:
     """The merged profile as a file: ``format=folded`` (default), ``speedscope`` or ``pprof``."""
-    return _export(parse_choice(request.args, "format", tuple(EXPORTS)))
+    return _export(parse_choice(request.args, "format", tuple(EXPORTS)), download=True)
 
 
 @bp.get("/folded")
@@ -189,46 +231,66 @@ def pprof() -> Response:
     return _export("pprof")
 
 
-def _export(name: str) -> Response:
+def _export(name: str, download: bool = False) -> Response:
+    """The profile in an export format: a file to save, but /api/folded's text shown inline
+    (``curl ... | flamegraph.pl``) unless ``download``."""
     selection = _selection()
     fmt = EXPORTS[name]
+    profile = db.get_db().read(selection)
     info = ExportInfo(
         start=selection.start,
         end=selection.end,
         mode=selection.mode,
-        interval=current_app.config["SAMPLE_INTERVAL"],
+        interval=profile.interval,
         title=selection.describe(),
     )
-    body = fmt.render(db.get_db().profile(selection), info)
+    try:
+        body = fmt.render(profile.counts, info)
+    except ValueError as exc:  # a window too large for the format
+        raise ParamError("format", str(exc)) from None
     response = Response(body, content_type=fmt.content_type)
-    if name != "folded":
+    if name != "folded" or download:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(selection.start))
         filename = f"fleetflame-{stamp}.{fmt.extension}"
         response.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
 
 
-@bp.errorhandler(ParamError)
 def _bad_param(exc: ParamError) -> tuple[Response, int]:
     return jsonify(error=str(exc), param=exc.param), 400
 
 
-@bp.errorhandler(InvalidQuery)
 def _bad_query(exc: InvalidQuery) -> tuple[Response, int]:
     return jsonify(error=str(exc)), 400
 
 
-@bp.errorhandler(StoreUnavailable)
 def _unavailable(exc: StoreUnavailable) -> tuple[Response, int]:
     db.mark_unavailable()
     current_app.logger.warning("database unavailable: %s", exc)
+    missing = missing_sqlite_file(current_app.config["DATABASE_URL"])
+    if missing is not None:  # not an outage: nothing has written there (yet)
+        message = (
+            f"the database is unavailable: there is no SQLite file at {missing} (is database_url "
+            "the one the collector writes to, and has it started?)"
+        )
+        return jsonify(error=message), 503
     return jsonify(error=f"the database is unavailable, try again shortly ({exc})"), 503
 
 
-@bp.errorhandler(StoreError)
 def _store_error(exc: StoreError) -> tuple[Response, int]:
     current_app.logger.error("database error: %s", exc)
     return jsonify(error=f"database error: {exc}"), 500
+
+
+def json_errors(blueprint: Blueprint) -> None:
+    """Answers a blueprint's bad parameters (400) and database errors (503, 500) as JSON."""
+    blueprint.register_error_handler(ParamError, _bad_param)
+    blueprint.register_error_handler(InvalidQuery, _bad_query)
+    blueprint.register_error_handler(StoreUnavailable, _unavailable)
+    blueprint.register_error_handler(StoreError, _store_error)
+
+
+json_errors(bp)
 
 
 @bp.route("/<path:unknown>")

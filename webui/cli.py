@@ -15,6 +15,9 @@ from webui.settings import SETTINGS, SettingsError
 
 __all__ = ["main"]
 
+# Addresses only this host can reach.
+LOOPBACK = ("localhost", "::1", "[::1]")
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -24,6 +27,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", help="TOML config file (a [web] table or top-level keys)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=int, default=8080, help="port to listen on")
+    parser.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="serve a --host other than loopback with no authentication (every profile to any "
+        "host that can reach it: only behind a proxy that authenticates)",
+    )
     for setting in SETTINGS:
         parser.add_argument(
             "--" + setting.name.replace("_", "-"),
@@ -52,6 +61,21 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"fleetflame web: {exc}", file=sys.stderr)
         return 2
+    exposed = args.host not in LOOPBACK and not args.host.startswith("127.")
+    if exposed and not (app.config["AUTH_TOKEN"] or app.config["AUTH_USER"]):
+        if not args.allow_unauthenticated:
+            print(
+                f"fleetflame web: --host {args.host} with no authentication would serve every "
+                "profile to any host that can reach it: set auth_token (or auth_user and "
+                "auth_password), bind to 127.0.0.1, or pass --allow-unauthenticated if a proxy "
+                "in front authenticates",
+                file=sys.stderr,
+            )
+            return 2
+        print(
+            f"fleetflame web: serving {args.host} with no authentication (--allow-unauthenticated)",
+            file=sys.stderr,
+        )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         app.extensions["fleetflame_db"].open()  # starts warming the stack index now

@@ -29,8 +29,11 @@ from urllib.parse import quote
 import sqlalchemy as sa
 from flask import Flask, current_app, g
 
-from collector.query import Filters, Query
+from collector.query import Filters, Query, StackCounts
 from collector.store import Store, StoreUnavailable
+from collector.store.engines.base import translate_errors
+from sampler.profile import Profile, is_settled, rescale
+from webui.functable import FunctionIndex
 from webui.model import FunctionSamples, SortedStacks, StackIndex
 from webui.params import Selection
 from webui.warmup import Warmer
@@ -38,9 +41,6 @@ from webui.warmup import Warmer
 __all__ = ["Database", "get_db", "init_app", "mark_unavailable", "paused_gc", "readonly_url"]
 
 _EXTENSION = "fleetflame_db"
-# A window whose end is at least this many finest buckets old gets no more samples
-# (the collector writes each poll into the bucket of its time).
-_SETTLED_BUCKETS = 2
 # How long the last profile of a window still receiving samples is reused.
 _FRESH_SECONDS = 10.0
 
@@ -102,6 +102,18 @@ def readonly_url(url: str) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
+def missing_sqlite_file(url: str) -> str | None:
+    """The path of the SQLite file ``url`` names when there is no such file, else None."""
+    parsed = sa.engine.make_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:"):
+        return None
+    if database.startswith("file:"):
+        database = database[len("file:") :].split("?", 1)[0]
+    path = Path(database).resolve()
+    return None if path.exists() else str(path)
+
+
 def _read_only_sessions(engine: sa.Engine) -> None:
     """Makes every PostgreSQL session read-only as it connects.
 
@@ -150,9 +162,11 @@ class Database:
         self._store: Store | None = None
         self._query: Query | None = None
         self._index: StackIndex | None = None
+        self._functions: FunctionIndex | None = None
         self.warmer: Warmer | None = None
-        self._last: tuple[Selection, float, dict[int, int]] | None = None
+        self._last: tuple[Selection, float, StackCounts] | None = None
         self._results: OrderedDict[Hashable, Any] = OrderedDict()
+        self._in_flight = 0
         _databases.add(self)
 
     @property
@@ -164,6 +178,13 @@ class Database:
     def index(self) -> StackIndex:
         """The sort order of the stacks read so far, opening the store on first use."""
         return self._open()[1]
+
+    @property
+    def functions(self) -> FunctionIndex:
+        """The functions of the stacks read so far, opening the store on first use."""
+        self._open()
+        assert self._functions is not None
+        return self._functions
 
     def open(self) -> None:
         """Opens the store now rather than on first use, which starts warming the index."""
@@ -181,46 +202,93 @@ class Database:
                     query.stack_lines,
                     max_bytes=self.stack_index_mb * 1_000_000,
                 )
+                # About 250 bytes a stack, against the stack index's 400 and its text.
+                self._functions = FunctionIndex(
+                    query.stack_lines, max_bytes=self.stack_index_mb * 1_000_000 // 2
+                )
                 if self.warm_hours > 0:
                     self.warmer = Warmer(
                         query,
                         self._index,
+                        functions=self._functions,
                         hours=self.warm_hours,
                         bucket_seconds=self.bucket_seconds,
                         clock=self.clock,
+                        idle=self.idle,
                     )
                     self.warmer.start()
             return self._query, self._index
 
+    def serving(self, delta: int) -> None:
+        """Counts requests in flight (+1 as one starts, -1 as it ends)."""
+        with self._lock:
+            self._in_flight += delta
+
+    def idle(self) -> bool:
+        """Tells whether no request is being served (background work may use the CPU)."""
+        return self._in_flight <= 0
+
     def settled(self, *selections: Selection) -> bool:
         """Tells whether the windows ended long enough ago to get no more samples."""
-        limit = self.clock() - _SETTLED_BUCKETS * self.bucket_seconds
-        return all(selection.end <= limit for selection in selections)
+        now = self.clock()
+        return all(is_settled(s.end, now, self.bucket_seconds) for s in selections)
 
-    def profile_ids(self, selection: Selection) -> dict[int, int]:
-        """Returns the merged counts by stack id of a selection (do not modify them)."""
+    def stack_counts(self, selection: Selection) -> StackCounts:
+        """Returns the merged counts by stack id of a selection and their sampling interval
+        (do not modify them)."""
         now = self.clock()
         with self._lock:
             last = self._last
         if last is not None and last[0] == selection:
             if now - last[1] <= _FRESH_SECONDS or self.settled(selection):
                 return last[2]
-        counts = self.query.profile_ids(selection.start, selection.end, filters_of(selection))
+        counts = self.query.stack_counts(selection.start, selection.end, filters_of(selection))
         with self._lock:
             self._last = (selection, now, counts)
         return counts
+
+    def profile_ids(self, selection: Selection) -> dict[int, int]:
+        """Returns the merged counts by stack id of a selection (do not modify them)."""
+        return self.stack_counts(selection).counts
 
     def profile(self, selection: Selection) -> dict[str, int]:
         """Returns the merged folded counts of a selection."""
         return self.index.folded(self.profile_ids(selection))
 
-    def function_samples(self, selection: Selection) -> FunctionSamples:
-        """Returns each frame's self and total samples in a selection."""
-        return self.index.function_samples(self.profile_ids(selection))
+    def read(self, selection: Selection) -> Profile:
+        """Returns the merged profile of a selection: folded counts and their interval."""
+        counts = self.stack_counts(selection)
+        return Profile(
+            self.index.folded(counts.counts), interval=counts.interval, mode=selection.mode
+        )
 
-    def sorted_stacks(self, selection: Selection) -> SortedStacks:
-        """Returns the stacks of a selection in sort order, with their counts."""
-        return self.index.arrange([self.profile_ids(selection)])
+    def function_samples(
+        self, selection: Selection, *, limit: int | None = None
+    ) -> tuple[FunctionSamples, float]:
+        """Returns each frame's self and total samples in a selection, and their interval;
+        with a ``limit``, totals only of the functions that can rank among the top ``limit``
+        by self then total samples (see FunctionIndex.table)."""
+        counts = self.stack_counts(selection)
+        return self.functions.table(counts.counts, limit=limit), counts.interval
+
+    def sorted_stacks(self, selection: Selection) -> tuple[SortedStacks, float]:
+        """Returns the stacks of a selection in sort order with their counts, and their
+        interval."""
+        counts = self.stack_counts(selection)
+        return self.index.arrange([counts.counts]), counts.interval
+
+    def compared(self, a: Selection, b: Selection) -> tuple[dict[int, int], dict[int, int], float]:
+        """Returns the counts of two selections at one interval (the finer of theirs: the
+        other side's counts are scaled to it), and that interval."""
+        sides = [self.stack_counts(a), self.stack_counts(b)]
+        interval = min(side.interval for side in sides)
+        counts = [
+            side.counts
+            if side.interval == interval
+            else rescale(side.counts, side.interval / interval)  # type: ignore[arg-type]
+            for side in sides
+        ]
+        return counts[0], counts[1], interval  # type: ignore[return-value]
 
     def cached(self, key: Hashable, settled: bool, compute: Callable[[], Any]) -> Any:
         """Returns ``compute()``, kept in the LRU when ``settled`` (the data cannot change)."""
@@ -248,6 +316,7 @@ class Database:
         with self._lock:
             warmer, store = self.warmer, self._store
             self._store = self._query = self._index = self._last = self.warmer = None
+            self._functions = None
             self._results.clear()
         if warmer is not None:
             warmer.stop()
@@ -261,10 +330,18 @@ class Database:
         if self._store is not None:
             self._store.engine.sa_engine.dispose(close=False)
         self._store = self._query = self._index = self._last = self.warmer = None
+        self._functions = None
         self._results = OrderedDict()
 
 
 _databases: weakref.WeakSet[Database] = weakref.WeakSet()
+
+
+@contextmanager
+def read_connection(action: str) -> Iterator[sa.Connection]:
+    """A connection in one read transaction of the app's store; errors as the store's."""
+    with translate_errors(action), get_db().query.store.engine.read_transaction() as conn:
+        yield conn
 
 
 def _after_fork_in_child() -> None:
@@ -284,7 +361,19 @@ def init_app(app: Flask) -> None:
         stack_index_mb=app.config["STACK_INDEX_MB"],
         warm_hours=app.config["WARM_HOURS"],
     )
+    app.before_request(_started)
+    app.teardown_request(_ended)
     app.teardown_appcontext(_teardown)
+
+
+def _started() -> None:
+    get_db().serving(+1)
+    g.fleetflame_serving = True
+
+
+def _ended(exc: BaseException | None) -> None:
+    if g.pop("fleetflame_serving", False):
+        get_db().serving(-1)
 
 
 def get_db() -> Database:

@@ -52,7 +52,8 @@ def _graph_query(args: MultiDict[str, str], default_window: str) -> str:
     return urlencode(pairs)
 
 
-def _render(view: str, **context: str) -> str:
+def render_view(view: str, **context: str) -> str:
+    """Renders a view's page (its template, with its script's modules preloaded)."""
     js_folder = Path(current_app.static_folder or "", "js")
     preload = _modules_of(js_folder, f"{view}.js")
     return render_template(f"{view}.html", view=view, preload=preload, **context)
@@ -62,13 +63,13 @@ def _render(view: str, **context: str) -> str:
 def flamegraph() -> str:
     """The flamegraph of a window, with its timeline, filters, search and function table."""
     query = _graph_query(request.args, current_app.config["DEFAULT_WINDOW"])
-    return _render("flamegraph", graph_query=query)
+    return render_view("flamegraph", graph_query=query)
 
 
 @bp.get("/compare")
 def compare() -> str:
     """Two windows or two label values as a differential flamegraph and a table of changes."""
-    return _render("compare")
+    return render_view("compare")
 
 
 @bp.get("/healthz")

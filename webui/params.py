@@ -6,11 +6,11 @@ Flask's ``request.args``) and the current time.
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from webui.model import parse_time
+from sampler.profile import MODES, WindowError, parse_window
 
 __all__ = [
     "MODES",
@@ -23,7 +23,7 @@ __all__ = [
     "parse_selection",
 ]
 
-MODES = ("cpu", "wall")
+N = TypeVar("N", int, float)
 # Parameters that filter on a column rather than a label.
 _COLUMNS = {"service": "services", "host": "hosts", "instance": "instances"}
 _MAX_VALUE_LENGTH = 1000
@@ -74,20 +74,28 @@ def _values(args: Args, name: str) -> list[str]:
     return values
 
 
-def _time(args: Args, name: str, default: str, now: int) -> int:
+def _text(args: Args, name: str, default: str) -> str:
     text = args.get(name)
-    text = default if text is None or not text.strip() else text
+    return default if text is None or not text.strip() else text
+
+
+def _window(args: Args, prefix: str, start: str, end: str, now: int) -> tuple[int, int]:
+    """Reads ``from`` and ``to`` (with the prefix), ``start`` and ``end`` where missing."""
+    names = {"start": prefix + "from", "end": prefix + "to"}
     try:
-        return parse_time(text, now)
-    except ValueError as exc:
-        raise ParamError(name, str(exc)) from None
+        window = parse_window(
+            _text(args, names["start"], start), _text(args, names["end"], end), now
+        )
+    except WindowError as exc:
+        raise ParamError(names[exc.side], str(exc)) from None
+    return window.start, window.end
 
 
 def _labels(args: Args, name: str) -> list[tuple[str, str]]:
     labels = []
     for item in _values(args, name):
         key, sep, value = item.partition(":")
-        if not sep or not key.strip():
+        if not sep or not key.strip() or not value.strip():
             raise ParamError(name, f"expected key:value (e.g. version:1.4.2), got {item[:80]!r}")
         labels.append((key.strip(), value.strip()))
     return labels
@@ -107,15 +115,13 @@ def parse_selection(
     a prefixed window replaces the base window, prefixed filters are added to the base's.
     """
     if base is None:
-        start = _time(args, "from", default_window, now)
-        end = _time(args, "to", "now", now)
+        start, end = _window(args, "", default_window, "now", now)
         mode = args.get("mode") or "cpu"
         if mode not in MODES:
             raise ParamError("mode", f"{mode[:20]!r} is not one of {', '.join(MODES)}")
         filters: dict[str, list[Any]] = {"services": [], "hosts": [], "instances": [], "labels": []}
     else:
-        start = _time(args, prefix + "from", str(base.start), now)
-        end = _time(args, prefix + "to", str(base.end), now)
+        start, end = _window(args, prefix, str(base.start), str(base.end), now)
         mode = base.mode
         filters = {
             "services": list(base.services),
@@ -123,10 +129,6 @@ def parse_selection(
             "instances": list(base.instances),
             "labels": list(base.labels),
         }
-    if end <= start:
-        raise ParamError(
-            prefix + "from", f"the window must start before it ends ({start} >= {end})"
-        )
     for param, attribute in _COLUMNS.items():
         filters[attribute] += _values(args, prefix + param)
     filters["labels"] += _labels(args, prefix + "label")
@@ -154,28 +156,25 @@ def parse_compare(
 
 def parse_int(args: Args, name: str, default: int, low: int, high: int) -> int:
     """Reads an integer parameter within [low, high]."""
-    text = args.get(name)
-    if text is None or text == "":
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise ParamError(name, f"{text[:20]!r} is not a whole number") from None
-    if not low <= value <= high:
-        raise ParamError(name, f"must be between {low} and {high}, got {value}")
-    return value
+    return _number(args, name, default, low, high, int, "a whole number")
 
 
 def parse_float(args: Args, name: str, default: float, low: float, high: float) -> float:
     """Reads a number parameter within [low, high]."""
+    return _number(args, name, default, low, high, float, "a number")
+
+
+def _number(
+    args: Args, name: str, default: N, low: N, high: N, kind: Callable[[str], N], what: str
+) -> N:
     text = args.get(name)
     if text is None or text == "":
         return default
     try:
-        value = float(text)
+        value = kind(text)
     except ValueError:
-        raise ParamError(name, f"{text[:20]!r} is not a number") from None
-    if math.isnan(value) or not low <= value <= high:
+        raise ParamError(name, f"{text[:20]!r} is not {what}") from None
+    if value != value or not low <= value <= high:  # NaN is no number in any range
         raise ParamError(name, f"must be between {low} and {high}, got {text[:20]}")
     return value
 

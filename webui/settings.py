@@ -1,23 +1,30 @@
-"""Every web UI setting, declared once, and the loader that layers file and environment.
+"""Every web UI setting, declared once (``sampler.settings``), and how the sources layer.
 
 One ``Setting`` (name, type, default, help) feeds the TOML config file, the
-``FLEETFLAME_WEB_<NAME>`` environment variables, the Flask config (``app.config[NAME.upper()]``)
-and the table in docs/webui.md. Precedence, lowest first: defaults, the config file,
-environment variables, then the mapping given to ``create_app`` (tests, embedding).
+``FLEETFLAME_WEB_<NAME>`` environment variables, the ``fleetflame web`` options, the Flask
+config (``app.config[NAME.upper()]``) and the table in docs/webui.md. Precedence, lowest first:
+defaults, the config file, environment variables, then the mapping given to ``create_app``
+(tests, embedding).
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+from sampler import settings
+from sampler.settings import (
+    Setting,
+    SettingsError,
+    declare,
+    integer,
+    number,
+    read_toml,
+    string,
+    text_values,
+    typed_values,
+)
 
 __all__ = [
     "CONFIG_ENV",
@@ -36,88 +43,91 @@ CONFIG_ENV = "FLEETFLAME_WEB_CONFIG"  # path of the TOML file, for gunicorn 'web
 _SHARED_WITH_COLLECTOR = ("database_url", "bucket_seconds")
 
 
-class SettingsError(ValueError):
-    """A setting has a bad value or the config file cannot be read; the message says which."""
+class WebSetting(Setting):
+    """A setting of the web UI, which Flask knows by its upper-case name."""
 
-
-@dataclass(frozen=True)
-class Setting:
-    """One configuration key: its name, type, default and one-line help."""
-
-    name: str
-    type: type
-    default: Any
-    help: str
+    __slots__ = ()
 
     @property
     def key(self) -> str:
         """The Flask config key."""
         return self.name.upper()
 
-    @property
-    def env_var(self) -> str:
-        """The environment variable that overrides this setting."""
-        return ENV_PREFIX + self.name.upper()
 
-
-SETTINGS: tuple[Setting, ...] = (
-    Setting(
+SETTINGS: tuple[Setting, ...] = declare(
+    ENV_PREFIX,
+    WebSetting(
         "database_url",
-        str,
+        string,
         "sqlite:///fleetflame.db",
         "SQLAlchemy URL of the collector's store; the UI opens it read-only.",
     ),
-    Setting("bucket_seconds", int, 60, "Finest bucket width, as configured for the collector."),
-    Setting(
+    WebSetting(
+        "bucket_seconds", integer, 60, "Finest bucket width, as configured for the collector."
+    ),
+    WebSetting(
         "max_nodes",
-        int,
+        integer,
         5000,
         "Frames sent to the browser per flamegraph unless the request asks for fewer; the "
         "rest is shown as [pruned] nodes.",
     ),
-    Setting("max_nodes_limit", int, 50000, "The most frames a request may ask for (max_nodes=)."),
-    Setting(
-        "sample_interval",
-        float,
-        0.01,
-        "Seconds one sample stands for (the samplers' interval): units of pprof exports.",
+    WebSetting(
+        "max_nodes_limit", integer, 50000, "The most frames a request may ask for (max_nodes=)."
     ),
-    Setting("default_window", str, "-1h", "Window shown when the URL has no from= parameter."),
-    Setting("title", str, "fleetflame", "Name shown in the page header and titles."),
-    Setting(
+    WebSetting(
+        "sample_interval",
+        number,
+        0.01,
+        "Unused, kept so older config files load: every profile now carries its samplers' "
+        "own interval, which the exports and seconds use.",
+    ),
+    WebSetting(
+        "default_window", string, "-1h", "Window shown when the URL has no from= parameter."
+    ),
+    WebSetting("title", string, "fleetflame", "Name shown in the page header and titles."),
+    WebSetting(
         "auth_token",
-        str,
+        string,
         "",
         "When set, every request needs 'Authorization: Bearer TOKEN' (or HTTP basic with this "
         "token as the password); empty means no authentication (e.g. behind a proxy that does it).",
     ),
-    Setting(
-        "auth_user", str, "", "With auth_password: HTTP basic user name accepted in the browser."
+    WebSetting(
+        "auth_user", string, "", "With auth_password: HTTP basic user name accepted in the browser."
     ),
-    Setting("auth_password", str, "", "With auth_user: the HTTP basic password."),
-    Setting(
+    WebSetting("auth_password", string, "", "With auth_user: the HTTP basic password."),
+    WebSetting(
+        "sampler_token",
+        string,
+        "",
+        "Bearer token sent to the workers' samplers by the worker view (the collector's token), "
+        "when they require one.",
+    ),
+    WebSetting(
         "cache_entries",
-        int,
+        integer,
         16,
         "Recent merged profiles of windows that ended in the past kept in memory (0: none).",
     ),
-    Setting(
+    WebSetting(
         "stack_index_mb",
-        int,
+        integer,
         300,
         "Estimated memory, per process, for the sort order and frames of stacks already read "
         "(their text once, plus ~400 bytes each), which makes windows of many distinct stacks "
         "fast; past it the frames go, then the order starts over with the window at hand.",
     ),
-    Setting(
+    WebSetting(
         "warm_hours",
-        float,
+        number,
         24.0,
         "When a process first opens the database, it reads the stacks sampled in this many "
         "past hours into its stack index in the background (most recent first, up to 80% of "
         "stack_index_mb), so the first views after a restart are as fast as later ones; 0: off.",
     ),
 )
+
 
 _BY_NAME = {setting.name: setting for setting in SETTINGS}
 _POSITIVE = (
@@ -129,36 +139,13 @@ _POSITIVE = (
 )
 
 
-def _coerce(setting: Setting, value: Any, source: str) -> Any:
-    """Converts a value from TOML (typed) or from an environment variable (text)."""
-    where = f"{source}: {setting.name}"
-    if isinstance(value, str) and setting.type is not str:
-        try:
-            return setting.type(value.strip().replace("_", ""))
-        except ValueError:
-            raise SettingsError(
-                f"{where}: {value!r} is not a valid {setting.type.__name__}"
-            ) from None
-    if setting.type is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, setting.type) or isinstance(value, bool):
-        raise SettingsError(f"{where}: expected a {setting.type.__name__}, got {value!r}")
-    return value
-
-
 def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Reads a TOML file into values by setting name; unknown keys are errors.
 
     The keys are read from a ``[web]`` table when there is one (database_url and
     bucket_seconds fall back to a ``[collector]`` table), otherwise from the top level.
     """
-    try:
-        with open(path, "rb") as file:
-            data = tomllib.load(file)
-    except OSError as exc:
-        raise SettingsError(f"cannot read config file {path}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise SettingsError(f"config file {path} is not valid TOML: {exc}") from None
+    data = read_toml(path)
     if isinstance(data.get("web"), dict):
         table = dict(data["web"])
         shared = data.get("collector") if isinstance(data.get("collector"), dict) else data
@@ -167,14 +154,7 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
                 table[name] = shared[name]
     else:
         table = data
-    values = {}
-    for name, value in table.items():
-        setting = _BY_NAME.get(name)
-        if setting is None:
-            known = ", ".join(sorted(_BY_NAME))
-            raise SettingsError(f"config file {path}: unknown setting {name!r} (known: {known})")
-        values[name] = _coerce(setting, value, f"config file {path}")
-    return values
+    return typed_values(SETTINGS, table, f"config file {path}")
 
 
 def load_settings(
@@ -192,13 +172,15 @@ def load_settings(
     config_file = config_file or environ.get(CONFIG_ENV) or None
     if config_file:
         values.update(read_config_file(config_file))
-    for setting in SETTINGS:
-        if setting.env_var in environ:
-            values[setting.name] = _coerce(setting, environ[setting.env_var], setting.env_var)
+    values.update(text_values(SETTINGS, environ, env_prefix=ENV_PREFIX, strict=False))
     config = {name.upper(): value for name, value in values.items()}
     for key, value in (overrides or {}).items():
         setting = _BY_NAME.get(key.lower())
-        config[key] = _coerce(setting, value, "config") if setting and key.isupper() else value
+        if setting is not None and key.isupper():
+            value = typed_values([setting], {setting.name: value}, "config", text=True)[
+                setting.name
+            ]
+        config[key] = value
     for name in _POSITIVE:
         if config[name.upper()] <= 0:
             raise SettingsError(f"{name}: must be positive, got {config[name.upper()]!r}")
@@ -215,15 +197,8 @@ def load_settings(
 
 def markdown_table() -> str:
     """Returns the settings reference as a Markdown table (docs/webui.md embeds it)."""
-    lines = [
-        "| setting | environment variable | default | meaning |",
-        "| --- | --- | --- | --- |",
-    ]
-    for s in SETTINGS:
-        default = f"`{s.default!r}`" if s.default != "" else '`""`'
-        lines.append(f"| `{s.name}` | `{s.env_var}` | {default} | {s.help} |")
-    return "\n".join(lines)
+    return settings.markdown_table(SETTINGS)
 
 
 if __name__ == "__main__":
-    print(markdown_table())
+    print(markdown_table(), end="")

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from collector.store import schema
-from collector.store.tiers import Tier
+from collector.store import fleet, schema
+from collector.store.tiers import FAR_FUTURE, Tier
+from sampler.profile import align_down, align_up
 
 if TYPE_CHECKING:
     from collector.store.store import Store
@@ -36,17 +37,16 @@ _ROLLUP = sa.text(
 )
 
 
-def _align_down(value: int, width: int) -> int:
-    return value // width * width
-
-
 def rollup(store: Store, now: int) -> None:
     """Rolls every tier up into the next, expires non-final tiers and creates partitions ahead."""
     _create_ahead(store, now)
     for source, target in pairwise(store.tiers):
         while _rollup_chunk(store, source, target, now):
             pass
+    fleet.fold(store, now)
     _expire_tiers(store, now)
+    fleet.expire(store, now)
+    store.engine.reclaim_space()
     for tier in store.tiers:  # the partitions being filled now, and the one just completed
         store.engine.analyze(tier.width, {now - 3600, now})
 
@@ -54,7 +54,7 @@ def rollup(store: Store, now: int) -> None:
 def _create_ahead(store: Store, now: int) -> None:
     for tier in store.tiers:
         step = min(tier.width, 21600)
-        buckets = {_align_down(t, tier.width) for t in range(now, now + PARTITIONS_AHEAD, step)}
+        buckets = {align_down(t, tier.width) for t in range(now, now + PARTITIONS_AHEAD, step)}
         store.engine.ensure_partitions(tier.width, buckets)
 
 
@@ -64,9 +64,9 @@ def _rollup_chunk(store: Store, source: Tier, target: Tier, now: int) -> bool:
     with engine.read_transaction() as conn:
         states = {s.width: s for s in store.tier_states(conn)}
         start = states[target.width].rolled_to
-        limit = _align_down(now - GRACE_BUCKETS * store.bucket_seconds, target.width)
+        limit = align_down(now - GRACE_BUCKETS * store.bucket_seconds, target.width)
         if source is not store.tiers[0]:
-            limit = min(limit, _align_down(states[source.width].rolled_to, target.width))
+            limit = min(limit, align_down(states[source.width].rolled_to, target.width))
         if start >= limit:
             return False
         first = conn.execute(
@@ -80,9 +80,9 @@ def _rollup_chunk(store: Store, source: Tier, target: Tier, now: int) -> bool:
         end = limit  # nothing to roll up: just move the watermark
     else:
         chunk = max(target.width, 3600)
-        end = min(limit, _align_down(first, target.width) + chunk)
+        end = min(limit, align_down(first, target.width) + chunk)
         engine.ensure_partitions(
-            target.width, set(range(_align_down(first, target.width), end, target.width))
+            target.width, set(range(align_down(first, target.width), end, target.width))
         )
     with engine.write_transaction() as conn:
         states = {s.width: s for s in store.tier_states(conn, lock="update")}
@@ -102,22 +102,24 @@ def _rollup_chunk(store: Store, source: Tier, target: Tier, now: int) -> bool:
 
 def _expire_tiers(store: Store, now: int) -> None:
     """Removes rows of each non-final tier older than it keeps them, once rolled up."""
-    coarsest = store.tiers[-1].width
+    coarsest = store.coarsest
     for tier, coarser in pairwise(store.tiers):
         assert tier.keep is not None
         with store.engine.write_transaction() as conn:
             states = {s.width: s for s in store.tier_states(conn, lock="update")}
-            # Never remove rows the next tier has not absorbed yet; cut on the coarsest
-            # width so that no row of any tier straddles the boundary (see tiers.plan).
-            cutoff = _align_down(min(now - tier.keep, states[coarser.width].rolled_to), coarsest)
+            folded = {s.width: s.rolled_to for s in fleet.fleet_states(store, conn)}
+            # Never remove rows the next tier, or the fleet tier of this width, has not
+            # absorbed yet; cut on the coarsest width so that no row of any tier straddles
+            # the boundary (see tiers.plan).
+            absorbed = min(states[coarser.width].rolled_to, folded.get(tier.width, FAR_FUTURE))
+            cutoff = align_down(min(now - tier.keep, absorbed), coarsest)
             _expire(store, conn, tier.width, cutoff, states[tier.width].kept_from)
 
 
 def _expire(store: Store, conn: sa.Connection, width: int, cutoff: int, kept_from: int) -> None:
     if cutoff <= kept_from:
         return
-    coarsest = store.tiers[-1].width
-    complete_from = -(-store.engine.expire(conn, width, cutoff) // coarsest) * coarsest
+    complete_from = align_up(store.engine.expire(conn, width, cutoff), store.coarsest)
     if complete_from > kept_from:
         conn.execute(
             sa.update(schema.tiers)
@@ -128,9 +130,13 @@ def _expire(store: Store, conn: sa.Connection, width: int, cutoff: int, kept_fro
 
 def apply_retention(store: Store, now: int) -> None:
     """Removes samples of every tier older than the retention period, and series seen only before."""
-    cutoff = _align_down(now - store.retention_seconds, store.tiers[-1].width)
+    cutoff = align_down(now - store.retention_seconds, store.coarsest)
     with store.engine.write_transaction() as conn:
         states = {s.width: s for s in store.tier_states(conn, lock="update")}
         for tier in store.tiers:
             _expire(store, conn, tier.width, cutoff, states[tier.width].kept_from)
-        conn.execute(sa.delete(schema.series).where(schema.series.c.last_bucket < cutoff))
+        for state in fleet.fleet_states(store, conn, lock="update"):
+            fleet.remove_before(conn, state, cutoff)
+        for table in (schema.series, schema.fleet_series):
+            conn.execute(sa.delete(table).where(table.c.last_bucket < cutoff))
+    store.engine.reclaim_space()

@@ -1,19 +1,26 @@
 """What the poller hands to the store, how it is validated, and the ids derived from it.
 
-Pure module: no I/O. Every id is a signed 64-bit BLAKE2b hash of a canonical text, so the
-writer knows the id of a stack, label set or series without asking the database, and two
-collectors sharing one database agree on every id.
+Pure module: no I/O. The ids of stacks, label sets and series are hashes (ids.py).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from collector.store.errors import InvalidRow
+from collector.store.ids import (
+    fleet_id,
+    fleet_labels,
+    label_set_id,
+    labels_text,
+    series_id,
+    stack_id,
+)
+from sampler.profile import DEFAULT_INTERVAL, LIMITS, MODES, stack_problem
 
 __all__ = [
     "MODES",
@@ -23,6 +30,8 @@ __all__ = [
     "IdCache",
     "Limits",
     "SampleRow",
+    "SeriesKey",
+    "fleet_id",
     "label_set_id",
     "labels_text",
     "prepare_batch",
@@ -30,12 +39,14 @@ __all__ = [
     "stack_id",
 ]
 
-MODES = ("cpu", "wall")
+# The longest sampling interval accepted, in seconds (as the collector accepts documents).
+MAX_INTERVAL = 60.0
 
 
 @dataclass(frozen=True)
 class SampleRow:
-    """Samples of one stack, from one instance and label set, in one time bucket."""
+    """Samples of one stack, from one instance and label set, in one time bucket; each
+    sample stands for ``interval`` seconds (the sampler's ``interval``)."""
 
     bucket: int
     mode: str
@@ -45,6 +56,7 @@ class SampleRow:
     labels: Mapping[str, str]
     stack: str
     count: int
+    interval: float = DEFAULT_INTERVAL
 
 
 @dataclass(frozen=True)
@@ -69,46 +81,20 @@ class Cursor:
 
 @dataclass(frozen=True)
 class Limits:
-    """Bounds on what the store accepts; anything outside raises InvalidRow."""
+    """Bounds on what the store accepts; anything outside raises InvalidRow. Names, labels
+    and stacks are bounded as the wire format bounds them (sampler.profile.LIMITS)."""
 
-    max_count: int = 10**9  # samples of one stack in one bucket; more is a broken or hostile target
-    max_cumulative: int = 2**62  # a cursor's cumulative count; leaves BIGINT headroom for sums
-    max_name: int = 256  # service, host, instance, target, label key
-    max_label_value: int = 1024
-    max_labels: int = 64
-    max_stack: int = 65536  # characters in one folded stack
+    max_count: int = LIMITS.max_delta  # samples of one stack in one bucket
+    max_cumulative: int = LIMITS.max_count  # a cursor's cumulative count
+    max_name: int = LIMITS.max_name  # service, host, instance, target, label key
+    max_label_value: int = LIMITS.max_text
+    max_labels: int = LIMITS.max_labels
+    max_stack: int = LIMITS.max_stack  # characters in one folded stack
     max_bucket: int = 2**40
 
 
 # PostgreSQL text cannot hold NUL, and neither text nor UTF-8 can hold a lone surrogate.
 _UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
-# Folded stacks are escaped by the sampler (docs/wire-format.md): no control characters.
-_STACK_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
-
-
-def _hash64(text: str) -> int:
-    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
-
-
-def stack_id(stack: str) -> int:
-    """Returns the id of a folded stack: a signed 64-bit hash of its text."""
-    return _hash64(stack)
-
-
-def labels_text(labels: Mapping[str, str]) -> str:
-    """Returns the canonical JSON text of a label set (sorted keys, no spaces)."""
-    return json.dumps(dict(sorted(labels.items())), ensure_ascii=False, separators=(",", ":"))
-
-
-def label_set_id(text: str) -> int:
-    """Returns the id of a label set from its canonical text."""
-    return _hash64("labels\x00" + text)
-
-
-def series_id(mode: str, service: str, host: str, instance: str, labels_id: int) -> int:
-    """Returns the id of a series; NUL cannot occur in the parts, so it separates them."""
-    return _hash64("\x00".join(("series", mode, service, host, instance, str(labels_id))))
 
 
 def _check_name(value: object, what: str, limit: int, index: int | None) -> str:
@@ -143,17 +129,31 @@ def _check_labels(labels: object, limits: Limits, index: int | None) -> str:
 
 
 def _check_stack(stack: object, limits: Limits, index: int | None) -> str:
-    if not isinstance(stack, str):
-        raise InvalidRow(f"stack must be a string, got {type(stack).__name__}", index=index)
-    if not stack:
-        raise InvalidRow("stack is empty", index=index)
-    if len(stack) > limits.max_stack:
-        raise InvalidRow(f"stack is {len(stack)} characters, limit {limits.max_stack}", index=index)
-    if _STACK_FORBIDDEN.search(stack):
-        raise InvalidRow(f"stack {stack[:40]!r} holds a control character", index=index)
-    if stack.startswith(";") or stack.endswith(";") or ";;" in stack:
-        raise InvalidRow(f"stack {stack[:40]!r} has an empty frame", index=index)
-    return stack
+    problem = stack_problem(stack, limits.max_stack)
+    if problem is not None:
+        raise InvalidRow(problem, index=index)
+    return stack  # type: ignore[return-value]
+
+
+def _check_interval(interval: object, index: int | None) -> float:
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)):
+        raise InvalidRow(f"interval must be a number, got {type(interval).__name__}", index=index)
+    if not (math.isfinite(interval) and 0 < interval <= MAX_INTERVAL):
+        raise InvalidRow(f"interval {interval} is outside (0, {MAX_INTERVAL:g}] s", index=index)
+    return float(interval)
+
+
+class SeriesKey(NamedTuple):
+    """Everything a sample is keyed by except time and stack, and its fleet series."""
+
+    mode: str
+    service: str
+    host: str
+    instance: str
+    labels_id: int
+    interval: float
+    fleet_id: int
+    fleet_labels_id: int  # the labels its fleet series keeps (ids.fleet_labels)
 
 
 @dataclass
@@ -162,8 +162,7 @@ class Batch:
 
     stacks: dict[int, str] = field(default_factory=dict)
     label_sets: dict[int, str] = field(default_factory=dict)
-    # series id -> (mode, service, host, instance, label set id)
-    series: dict[int, tuple[str, str, str, str, int]] = field(default_factory=dict)
+    series: dict[int, SeriesKey] = field(default_factory=dict)
     series_buckets: dict[int, tuple[int, int]] = field(default_factory=dict)  # first, last bucket
     samples: dict[tuple[int, int, int], int] = field(
         default_factory=dict
@@ -178,7 +177,9 @@ class PreparedCursor:
     target: str
     instance: str
     replaced: bool
-    entries: list[tuple[int, int, int]]  # (label set index, stack id, count)
+    label_indexes: list[int]  # the changed entries: label set index,
+    stack_ids: list[int]  # stack id
+    counts: list[int]  # and cumulative count, each entry at one position of the three
     label_sets: list[tuple[int, int]]  # (label set index, label set id)
 
 
@@ -194,7 +195,7 @@ class IdCache:
     def __init__(self, limit: int = 1_000_000) -> None:
         self.limit = limit
         self.stacks: dict[str, int] = {}
-        self.series: dict[tuple[str, str, str, str, int], int] = {}
+        self.series: dict[tuple[str, str, str, str, int, float], tuple[int, SeriesKey]] = {}
 
     def stack(self, stack: object, limits: Limits, index: int | None) -> tuple[str, int]:
         """Returns a valid stack and its id; raises InvalidRow."""
@@ -207,24 +208,41 @@ class IdCache:
             self.stacks[stack] = sid
         return stack, sid  # type: ignore[return-value]
 
-    def series_of(self, row: SampleRow, labels_id: int, limits: Limits, index: int) -> int:
-        """Returns the id of a row's series, validating its names the first time."""
-        key = (row.mode, row.service, row.host, row.instance, labels_id)
+    def series_of(
+        self, row: SampleRow, labels_id: tuple[int, int], limits: Limits, index: int
+    ) -> tuple[int, SeriesKey]:
+        """Returns the id and key of a row's series (given its label set's id and its fleet
+        label set's), validating its names the first time."""
+        labels_id, fleet_labels_id = labels_id
+        key = (row.mode, row.service, row.host, row.instance, labels_id, row.interval)
         try:
-            sid = self.series.get(key)
+            found = self.series.get(key)
         except TypeError:  # an unhashable name: let the checks below say what is wrong
-            sid = None
-        if sid is None:
+            found = None
+        if found is None:
             if row.mode not in MODES:
                 raise InvalidRow(f"mode {str(row.mode)[:20]!r} is not one of {MODES}", index=index)
             _check_name(row.service, "service", limits.max_name, index)
             _check_name(row.host, "host", limits.max_name, index)
             _check_name(row.instance, "instance", limits.max_name, index)
-            sid = series_id(row.mode, row.service, row.host, row.instance, labels_id)
+            interval = _check_interval(row.interval, index)
+            found = (
+                series_id(row.mode, row.service, row.host, row.instance, labels_id, interval),
+                SeriesKey(
+                    row.mode,
+                    row.service,
+                    row.host,
+                    row.instance,
+                    labels_id,
+                    interval,
+                    fleet_id(row.mode, row.service, fleet_labels_id, interval),
+                    fleet_labels_id,
+                ),
+            )
             if len(self.series) >= self.limit:
                 self.series.clear()
-            self.series[key] = sid
-        return sid
+            self.series[key] = found
+        return found
 
 
 def prepare_batch(
@@ -238,44 +256,86 @@ def prepare_batch(
     """Validates rows and cursor updates and groups them by id; raises InvalidRow on the first bad one."""
     cache = cache or IdCache()
     batch = Batch()
-    label_cache: dict[int, tuple[object, int]] = {}
+    _prepare_rows(batch, rows, bucket_seconds, limits, cache)
+    for index, update in enumerate(cursors):
+        batch.cursors.append(_prepare_cursor(batch, update, limits, index, cache))
+    return batch
+
+
+def _prepare_rows(
+    batch: Batch, rows: Iterable[SampleRow], bucket_seconds: int, limits: Limits, cache: IdCache
+) -> None:
+    """Adds rows to the batch. Written for speed: this runs for every row of every poll, and
+    a poll's rows come grouped by series, so a row of the series before skips its lookups."""
     max_count, max_bucket = limits.max_count, limits.max_bucket
-    samples = batch.samples
+    samples, stacks, known = batch.samples, batch.stacks, cache.stacks
+    label_cache: dict[int, tuple[object, tuple[int, int]]] = {}
+    last: tuple[object, ...] = ()
+    sid = first = final = 0
     for index, row in enumerate(rows):
         if type(row) is not SampleRow:
             raise InvalidRow(f"expected a SampleRow, got {type(row).__name__}", index=index)
         bucket, count = row.bucket, row.count
-        if type(bucket) is not int or not 0 <= bucket <= max_bucket:
-            _check_int(bucket, "bucket", 0, max_bucket, index)
-        if bucket % bucket_seconds:
-            raise InvalidRow(f"bucket {bucket} is not a multiple of {bucket_seconds}", index=index)
+        if type(bucket) is not int or not 0 <= bucket <= max_bucket or bucket % bucket_seconds:
+            _check_bucket(bucket, bucket_seconds, max_bucket, index)
         if type(count) is not int or not 0 < count <= max_count:
             _check_int(count, "count", 1, max_count, index)
-        # Rows of one poll share a label mapping object: validate and hash it once.
-        cached = label_cache.get(id(row.labels))
-        if cached is None or cached[0] is not row.labels:
-            text = _check_labels(row.labels, limits, index)
-            labels_id = _add_label_set(batch, text)
-            label_cache[id(row.labels)] = (row.labels, labels_id)
-        else:
-            labels_id = cached[1]
-        sid = cache.series_of(row, labels_id, limits, index)
-        span = batch.series_buckets.get(sid)
-        if span is None:
-            batch.series[sid] = (row.mode, row.service, row.host, row.instance, labels_id)
-            batch.series_buckets[sid] = (bucket, bucket)
-        elif not span[0] <= bucket <= span[1]:
-            batch.series_buckets[sid] = (min(span[0], bucket), max(span[1], bucket))
-        stack, kid = cache.stack(row.stack, limits, index)
-        batch.stacks[kid] = stack
+        context = (row.labels, row.mode, row.service, row.host, row.instance, row.interval)
+        if context != last or not first <= bucket <= final:
+            if sid:
+                batch.series_buckets[sid] = (first, final)
+            sid = _series(batch, cache, row, label_cache, limits, index)
+            first, final = batch.series_buckets.get(sid, (bucket, bucket))
+            first, final, last = min(first, bucket), max(final, bucket), context
+        stack = row.stack
+        kid = known.get(stack) if type(stack) is str else None  # noqa: E721
+        if kid is None:
+            stack, kid = cache.stack(stack, limits, index)
+        stacks[kid] = stack
         key = (bucket, sid, kid)
-        total = samples.get(key, 0) + count
-        if total > max_count:
-            raise InvalidRow(f"count {total} for one stack and bucket is absurd", index=index)
-        samples[key] = total
-    for index, update in enumerate(cursors):
-        batch.cursors.append(_prepare_cursor(batch, update, limits, index, cache))
-    return batch
+        total = samples.get(key)
+        if total is None:
+            samples[key] = count
+        elif total + count > max_count:
+            raise InvalidRow(
+                f"count {total + count} for one stack and bucket is absurd", index=index
+            )
+        else:
+            samples[key] = total + count
+    if sid:
+        batch.series_buckets[sid] = (first, final)
+
+
+def _series(
+    batch: Batch,
+    cache: IdCache,
+    row: SampleRow,
+    label_cache: dict[int, tuple[object, tuple[int, int]]],
+    limits: Limits,
+    index: int,
+) -> int:
+    # Rows of one poll share a label mapping object: validate and hash it once.
+    cached = label_cache.get(id(row.labels))
+    if cached is None or cached[0] is not row.labels:
+        text = _check_labels(row.labels, limits, index)
+        labels_id = _add_label_set(batch, text)
+        kept = fleet_labels(row.labels)  # type: ignore[arg-type]
+        fleet_labels_id = (
+            labels_id if kept is row.labels else _add_label_set(batch, labels_text(kept))
+        )
+        ids = (labels_id, fleet_labels_id)
+        label_cache[id(row.labels)] = (row.labels, ids)
+    else:
+        ids = cached[1]
+    sid, key = cache.series_of(row, ids, limits, index)
+    batch.series[sid] = key
+    return sid
+
+
+def _check_bucket(bucket: object, width: int, max_bucket: int, index: int) -> None:
+    _check_int(bucket, "bucket", 0, max_bucket, index)
+    if bucket % width:  # type: ignore[operator]
+        raise InvalidRow(f"bucket {bucket} is not a multiple of {width}", index=index)
 
 
 def _prepare_cursor(
@@ -287,21 +347,28 @@ def _prepare_cursor(
     instance = _check_name(update.instance, "cursor instance", limits.max_name, index)
     if not isinstance(update.replaced, bool):
         raise InvalidRow("cursor replaced must be a bool", index=index)
-    entries = []
+    indexes: list[int] = []
+    ids: list[int] = []
+    counts: list[int] = []
+    known, stacks, max_count = cache.stacks, batch.stacks, limits.max_cumulative
     for key, count in update.counts.items():
         if not isinstance(key, tuple) or len(key) != 2:
             raise InvalidRow(f"cursor key {key!r:.60} is not (label set, stack)", index=index)
-        label_index = key[0]
+        label_index, stack = key
         if type(label_index) is not int or not 0 <= label_index < 2**31:
             _check_int(label_index, "cursor label set index", 0, 2**31 - 1, index)
-        if type(count) is not int or not 0 <= count <= limits.max_cumulative:
-            _check_int(count, "cursor count", 0, limits.max_cumulative, index)
-        stack, kid = cache.stack(key[1], limits, index)
-        batch.stacks[kid] = stack
-        entries.append((label_index, kid, count))
+        if type(count) is not int or not 0 <= count <= max_count:
+            _check_int(count, "cursor count", 0, max_count, index)
+        kid = known.get(stack) if type(stack) is str else None  # noqa: E721
+        if kid is None:
+            stack, kid = cache.stack(stack, limits, index)
+        stacks[kid] = stack
+        indexes.append(label_index)
+        ids.append(kid)
+        counts.append(count)
     label_sets = []
     for label_index, labels in update.label_sets.items():
         label_index = _check_int(label_index, "cursor label set index", 0, 2**31 - 1, index)
         text = _check_labels(labels, limits, index)
         label_sets.append((label_index, _add_label_set(batch, text)))
-    return PreparedCursor(target, instance, update.replaced, entries, label_sets)
+    return PreparedCursor(target, instance, update.replaced, indexes, ids, counts, label_sets)

@@ -5,15 +5,14 @@ Rollups and retention live in maintenance.py; reads in collector/query.py.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import sqlalchemy as sa
 
-from collector.store import maintenance, schema
+from collector.store import cursors, fleet, maintenance, schema, writes
 from collector.store.engines.base import EngineOptions, for_url, translate_errors
-from collector.store.errors import InvalidRow, StackHashCollision
+from collector.store.errors import InvalidRow
 from collector.store.rows import (
     Batch,
     Cursor,
@@ -23,13 +22,19 @@ from collector.store.rows import (
     SampleRow,
     prepare_batch,
 )
-from collector.store.tiers import DAY, DEFAULT_ROLLUPS, Tier, TierState, build_tiers
+from collector.store.tiers import (
+    DAY,
+    DEFAULT_ROLLUPS,
+    Tier,
+    TierState,
+    build_fleet_tiers,
+    build_tiers,
+)
+from sampler.profile import align_down
 
 __all__ = ["Store"]
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
-_CHUNK = 5000  # ids per IN (...) list: well under SQLite's bound-parameter limit
-_KNOWN_STACKS_LIMIT = 2_000_000  # ids the writer remembers as stored (about 100 MB at most)
 
 
 class Store:
@@ -56,6 +61,9 @@ class Store:
             raise InvalidRow(
                 f"retention of {retention_seconds} s must exceed the last rollup age ({longest} s)"
             )
+        self.fleet_tiers: tuple[Tier, ...] = build_fleet_tiers(self.tiers)
+        # Tier states move in steps of the coarsest instance width (see tiers.plan).
+        self.coarsest = self.tiers[-1].width
         self.bucket_seconds = bucket_seconds
         self.retention_seconds = retention_seconds
         self.limits = limits or Limits()
@@ -68,15 +76,15 @@ class Store:
             )
         self.dialect: str = self.engine.name
         self._ids = IdCache()
-        self._known_stacks: set[int] = set()
-        self._known_label_sets: set[int] = set()
-        self._series_span: dict[int, tuple[int, int]] = {}  # series id -> stored first, last bucket
+        self.written = writes.Written()  # what the writer knows is stored
+        self.cursor_rows: dict[str, int] = {}  # target -> its cursor log's rows (cursors.py)
         self._tier_rows_ready = False
 
     # Schema ---------------------------------------------------------------------------------
 
-    def migrate(self) -> None:
-        """Brings the schema up to date (alembic upgrade head); safe to run from several collectors."""
+    def migrate(self, revision: str = "head") -> None:
+        """Brings the schema up to date (alembic upgrade head); safe to run from several
+        collectors. ``revision`` names an older one (tests of the migrations)."""
         from alembic import command
         from alembic.config import Config
 
@@ -87,18 +95,21 @@ class Store:
                 if self.dialect == "postgresql":
                     conn.execute(sa.text("SELECT pg_advisory_xact_lock(7202417)"))
                 config.attributes["connection"] = conn
-                command.upgrade(config, "head")
-            self._ensure_tier_rows()
+                command.upgrade(config, revision)
+            if revision == "head":
+                self._ensure_tier_rows()
 
     def _ensure_tier_rows(self) -> None:
         if self._tier_rows_ready:
             return
         with self.engine.write_transaction() as conn:
-            self.engine.insert_ignore(
-                conn,
-                schema.tiers,
-                [{"width": t.width, "rolled_to": 0, "kept_from": 0} for t in self.tiers],
-            )
+            for table, tiers in (
+                (schema.tiers, self.tiers),
+                (schema.fleet_tiers, self.fleet_tiers),
+            ):
+                self.engine.insert_ignore(
+                    conn, table, [{"width": t.width, "rolled_to": 0, "kept_from": 0} for t in tiers]
+                )
         self._tier_rows_ready = True
 
     def tier_states(self, conn: sa.Connection, *, lock: str | None = None) -> list[TierState]:
@@ -108,6 +119,10 @@ class Store:
             stmt = stmt.with_for_update(read=lock == "share")
         stored = {w: (k, r) for w, k, r in conn.execute(stmt.order_by(schema.tiers.c.width))}
         return [TierState(t.width, *stored.get(t.width, (0, 0))) for t in self.tiers]
+
+    def all_tier_states(self, conn: sa.Connection) -> list[TierState]:
+        """Returns the states of the instance tiers, then of the fleet tiers."""
+        return self.tier_states(conn) + fleet.fleet_states(self, conn)
 
     # Writes ---------------------------------------------------------------------------------
 
@@ -135,175 +150,27 @@ class Store:
                     if attempt or not self.engine.is_missing_partition(exc):
                         raise
                     self.engine.forget_partitions()
-        self._remember(batch)
+        self.written.remember(batch)
 
     def _ensure_partitions(self, batch: Batch) -> None:
         buckets = {bucket for bucket, _series, _stack in batch.samples}
         for tier in self.tiers:
-            self.engine.ensure_partitions(tier.width, {b - b % tier.width for b in buckets})
+            self.engine.ensure_partitions(tier.width, {align_down(b, tier.width) for b in buckets})
 
     def _write(self, conn: sa.Connection, batch: Batch) -> None:
-        # Shared lock on the rollup state: a rollup cannot move past a bucket while a row
-        # for it is being written, so late rows land in every tier already rolled past them.
-        states = self.tier_states(conn, lock="share")
-        self._insert_stacks(conn, batch.stacks)
-        self._insert_label_sets(conn, batch.label_sets)
-        self._upsert_series(conn, batch)
-        rows = sorted(batch.samples.items())  # one lock order for every writer: no deadlocks
-        self.engine.add_samples(conn, self.tiers[0].width, [(*key, c) for key, c in rows])
-        for state in states[1:]:
-            late: dict[tuple[int, int, int], int] = {}
-            for (bucket, series, stack), count in rows:
-                if bucket < state.rolled_to:
-                    key = (bucket - bucket % state.width, series, stack)
-                    late[key] = late.get(key, 0) + count
-            self.engine.add_samples(conn, state.width, [(*k, c) for k, c in sorted(late.items())])
-        self._write_cursors(conn, batch)
-
-    def _insert_stacks(self, conn: sa.Connection, stacks: dict[int, str]) -> None:
-        new = sorted(sid for sid in stacks if sid not in self._known_stacks)
-        if not new:
-            return
-        self.engine.insert_ignore(
-            conn, schema.stacks, [{"id": s, "folded": stacks[s]} for s in new]
-        )
-        # Ids are 64-bit hashes: check that what is stored under each new id is this stack.
-        for i in range(0, len(new), _CHUNK):
-            chunk = new[i : i + _CHUNK]
-            stored = conn.execute(
-                sa.select(schema.stacks.c.id, schema.stacks.c.folded).where(
-                    schema.stacks.c.id.in_(chunk)
-                )
-            )
-            for sid, folded in stored:
-                if folded != stacks[sid]:
-                    raise StackHashCollision(
-                        f"stacks {folded[:60]!r} and {stacks[sid][:60]!r} share id {sid}"
-                    )
-
-    def _insert_label_sets(self, conn: sa.Connection, label_sets: dict[int, str]) -> None:
-        new = sorted(lid for lid in label_sets if lid not in self._known_label_sets)
-        if not new:
-            return
-        self.engine.insert_ignore(
-            conn, schema.label_sets, [{"id": lid, "labels": label_sets[lid]} for lid in new]
-        )
-        pairs = [
-            {"key": key, "value": value, "label_set_id": lid}
-            for lid in new
-            for key, value in json.loads(label_sets[lid]).items()
-        ]
-        self.engine.insert_ignore(conn, schema.label_pairs, pairs)
-
-    def _upsert_series(self, conn: sa.Connection, batch: Batch) -> None:
-        rows = []
-        for sid, (first, last) in sorted(batch.series_buckets.items()):
-            known = self._series_span.get(sid)
-            if known is not None and known[0] <= first and last <= known[1]:
-                continue
-            mode, service, host, instance, labels_id = batch.series[sid]
-            rows.append(
-                {
-                    "id": sid,
-                    "mode": mode,
-                    "service": service,
-                    "host": host,
-                    "instance": instance,
-                    "label_set_id": labels_id,
-                    "first_bucket": first,
-                    "last_bucket": last,
-                }
-            )
-        if not rows:
-            return
-        series = schema.series
-        stmt = self.engine.dialect_insert(series)
-        new_first, new_last = stmt.excluded.first_bucket, stmt.excluded.last_bucket
-        conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=["id"],
-                set_={
-                    "first_bucket": sa.case(
-                        (new_first < series.c.first_bucket, new_first), else_=series.c.first_bucket
-                    ),
-                    "last_bucket": sa.case(
-                        (new_last > series.c.last_bucket, new_last), else_=series.c.last_bucket
-                    ),
-                },
-            ),
-            rows,
-        )
-
-    def _write_cursors(self, conn: sa.Connection, batch: Batch) -> None:
-        if not batch.cursors:
-            return
-        replaced = sorted({c.target for c in batch.cursors if c.replaced})
-        for table in (schema.cursor_entries, schema.cursor_label_sets):
-            for i in range(0, len(replaced), _CHUNK):
-                conn.execute(sa.delete(table).where(table.c.target.in_(replaced[i : i + _CHUNK])))
-        targets = {c.target: c.instance for c in batch.cursors}
-        self.engine.upsert(
-            conn,
-            schema.cursor_targets,
-            [{"target": t, "instance": i} for t, i in sorted(targets.items())],
-            ["instance"],
-        )
-        label_rows = {(c.target, index): lid for c in batch.cursors for index, lid in c.label_sets}
-        self.engine.upsert(
-            conn,
-            schema.cursor_label_sets,
-            [
-                {"target": t, "label_index": i, "label_set_id": lid}
-                for (t, i), lid in sorted(label_rows.items())
-            ],
-            ["label_set_id"],
-        )
-        entries = {
-            (c.target, index, sid): count for c in batch.cursors for index, sid, count in c.entries
-        }
-        self.engine.upsert_cursor_entries(conn, sorted((*k, v) for k, v in entries.items()))
-
-    def _remember(self, batch: Batch) -> None:
-        """Records what the committed batch stored, so the next writes skip it."""
-        if len(self._known_stacks) > _KNOWN_STACKS_LIMIT:
-            self._known_stacks.clear()
-        self._known_stacks.update(batch.stacks)
-        self._known_label_sets.update(batch.label_sets)
-        for sid, (first, last) in batch.series_buckets.items():
-            known = self._series_span.get(sid)
-            if known is not None:
-                first, last = min(first, known[0]), max(last, known[1])
-            self._series_span[sid] = (first, last)
+        writes.write_batch(self, conn, batch)
+        cursors.write_cursors(self, conn, batch)
 
     def forget(self) -> None:
         """Drops what the writer remembers as stored (after retention deleted rows)."""
-        self._known_stacks.clear()
-        self._known_label_sets.clear()
-        self._series_span.clear()
+        self.written = writes.Written()
 
     # Cursors --------------------------------------------------------------------------------
 
     def load_cursors(self) -> dict[str, Cursor]:
         """Returns the stored cursor of every target: its instance id and cumulative counts."""
-        e, s, t = schema.cursor_entries, schema.stacks, schema.cursor_targets
-        ls, cl = schema.label_sets, schema.cursor_label_sets
         with translate_errors("loading cursors"), self.engine.read_transaction() as conn:
-            cursors = {target: Cursor(instance) for target, instance in conn.execute(sa.select(t))}
-            for target, index, folded, count in conn.execute(
-                sa.select(e.c.target, e.c.label_index, s.c.folded, e.c.count).join(
-                    s, s.c.id == e.c.stack_id
-                )
-            ):
-                if target in cursors:
-                    cursors[target].counts[(index, folded)] = count
-            for target, index, labels in conn.execute(
-                sa.select(cl.c.target, cl.c.label_index, ls.c.labels).join(
-                    ls, ls.c.id == cl.c.label_set_id
-                )
-            ):
-                if target in cursors:
-                    cursors[target].label_sets[index] = json.loads(labels)
-        return cursors
+            return cursors.load_cursors(self, conn)
 
     # Maintenance ----------------------------------------------------------------------------
 

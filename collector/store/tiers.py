@@ -6,6 +6,10 @@ as its buckets are complete, and each tier keeps its rows for a while (the fines
 10-minute tier 7 days, the hourly tier until retention, by default). Every tier therefore
 holds the same samples, at its own width, over the time it covers, and a window is answered
 by cutting it into disjoint segments, each read from the coarsest tier covering it exactly.
+
+Beside these instance tiers, fleet tiers hold the same samples without the host and instance
+(one row per fleet series and bucket, see fleet.py), at the same widths and two coarser ones
+(6 hours and a day). A read with no host or instance filter prefers them.
 """
 
 from __future__ import annotations
@@ -13,12 +17,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sampler.profile import align_down, align_up
+
 __all__ = [
     "DAY",
     "DEFAULT_ROLLUPS",
+    "FLEET_WIDTHS",
     "Segment",
     "Tier",
     "TierState",
+    "build_fleet_tiers",
     "build_tiers",
     "plan",
 ]
@@ -26,6 +34,9 @@ __all__ = [
 DAY = 86400
 # (width, after): samples older than `after` seconds are kept only at `width` or coarser.
 DEFAULT_ROLLUPS: tuple[tuple[int, int], ...] = ((600, DAY), (3600, 7 * DAY))
+# Fleet tiers coarser than every instance tier, kept until retention: long windows read
+# a few of their rows instead of one per hour.
+FLEET_WIDTHS = (6 * 3600, DAY)
 FAR_FUTURE = 2**62
 
 
@@ -44,6 +55,7 @@ class TierState:
     width: int
     kept_from: int
     rolled_to: int
+    fleet: bool = False  # a fleet tier (no host or instance), else an instance tier
 
 
 @dataclass(frozen=True)
@@ -53,6 +65,7 @@ class Segment:
     width: int
     start: int
     end: int
+    fleet: bool = False
 
 
 def build_tiers(bucket_seconds: int, rollups: Sequence[tuple[int, int]]) -> tuple[Tier, ...]:
@@ -76,12 +89,14 @@ def build_tiers(bucket_seconds: int, rollups: Sequence[tuple[int, int]]) -> tupl
     return tuple(Tier(width, keep) for width, keep in zip(widths, keeps, strict=True))
 
 
-def _align_up(value: int, width: int) -> int:
-    return -(-value // width) * width
-
-
-def _align_down(value: int, width: int) -> int:
-    return value // width * width
+def build_fleet_tiers(tiers: Sequence[Tier]) -> tuple[Tier, ...]:
+    """Returns the fleet tiers mirroring instance ``tiers``: the same widths, each kept as
+    long, then the FLEET_WIDTHS that are multiples of the coarsest, kept until retention."""
+    extra = []
+    for width in FLEET_WIDTHS:
+        if width > (extra or tiers)[-1].width and width % (extra or tiers)[-1].width == 0:
+            extra.append(Tier(width, None))
+    return (*tiers, *extra)
 
 
 def plan(
@@ -89,23 +104,28 @@ def plan(
 ) -> list[Segment]:
     """Cuts [start, end) into disjoint segments, each read from the coarsest tier that covers it.
 
-    `states` runs from the finest tier to the coarsest; the finest is taken to cover up to
-    now. Tiers wider than `max_width` are used only where no narrower tier covers. A piece
-    no tier covers exactly (its finer rows are gone) is read from the finest tier holding
-    it, counting each row by its bucket start. Because tier widths divide each other and
-    every `kept_from` is aligned to the coarsest width, no row straddles two segments, so
-    no sample is counted twice.
+    `states` holds the instance tiers from the finest to the coarsest, the finest taken to
+    cover up to now, and may hold fleet tiers (finest first too): where they cover, they are
+    preferred to instance tiers. Tiers wider than `max_width` are used only where no
+    narrower tier covers. A piece no tier covers exactly (its finer rows are gone) is read
+    from the finest tier holding it, counting each row by its bucket start. Because tier
+    widths divide each other and every `kept_from` is aligned to the coarsest instance
+    width, no row straddles two segments, so no sample is counted twice.
     """
     if end <= start:
         return []
-    covered = [
-        TierState(s.width, s.kept_from, FAR_FUTURE if i == 0 else s.rolled_to)
-        for i, s in enumerate(states)
-    ]
-    narrow = [s for s in covered if max_width is None or s.width <= max_width]
-    wide = [s for s in covered if max_width is not None and s.width > max_width]
-    preference = narrow[::-1] + wide
-    segments = _cover(start, end, preference, 0, covered)
+    instance = [s for s in states if not s.fleet]
+    fleet = [s for s in states if s.fleet]
+    instance[0] = TierState(instance[0].width, instance[0].kept_from, FAR_FUTURE)
+
+    def narrow(s: TierState) -> bool:
+        return max_width is None or s.width <= max_width
+
+    # The coarsest narrow tiers first; past max_width, the least wide first.
+    preference = [s for s in fleet[::-1] if narrow(s)] + [s for s in instance[::-1] if narrow(s)]
+    preference += [s for s in fleet if not narrow(s)] + [s for s in instance if not narrow(s)]
+    finest_first = sorted(fleet + instance, key=lambda s: (s.width, not s.fleet))
+    segments = _cover(start, end, preference, 0, finest_first)
     return _merge_adjacent(sorted(segments, key=lambda seg: seg.start))
 
 
@@ -117,13 +137,13 @@ def _cover(
     if i == len(preference):
         return _fallback(start, end, finest_first)
     state = preference[i]
-    low = _align_up(max(start, state.kept_from), state.width)
-    high = _align_down(min(end, state.rolled_to), state.width)
+    low = align_up(max(start, state.kept_from), state.width)
+    high = align_down(min(end, state.rolled_to), state.width)
     if high <= low:
         return _cover(start, end, preference, i + 1, finest_first)
     return (
         _cover(start, low, preference, i + 1, finest_first)
-        + [Segment(state.width, low, high)]
+        + [Segment(state.width, low, high, state.fleet)]
         + _cover(high, end, preference, i + 1, finest_first)
     )
 
@@ -132,15 +152,16 @@ def _fallback(start: int, end: int, finest_first: Sequence[TierState]) -> list[S
     """Reads a piece no tier covers exactly from the finest tier whose span overlaps it."""
     for state in finest_first:
         if max(start, state.kept_from) < min(end, state.rolled_to):
-            return [Segment(state.width, start, end)]
+            return [Segment(state.width, start, end, state.fleet)]
     return []
 
 
 def _merge_adjacent(segments: list[Segment]) -> list[Segment]:
     merged: list[Segment] = []
     for seg in segments:
-        if merged and merged[-1].width == seg.width and merged[-1].end == seg.start:
-            merged[-1] = Segment(seg.width, merged[-1].start, seg.end)
+        last = merged[-1] if merged else None
+        if last and (last.width, last.fleet, last.end) == (seg.width, seg.fleet, seg.start):
+            merged[-1] = Segment(seg.width, last.start, seg.end, seg.fleet)
         else:
             merged.append(seg)
     return merged

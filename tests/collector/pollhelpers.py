@@ -64,10 +64,26 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: DocServer
 
+    def setup(self) -> None:
+        super().setup()
+        with self.server.lock:
+            self.server.connections += 1
+
     def do_GET(self) -> None:  # noqa: N802
-        self.server.requests += 1
-        self.server.paths.append(self.path)
-        behaviour = self.server.behaviour
+        server = self.server
+        with server.lock:
+            server.requests += 1
+            server.paths.append(self.path)
+            server.times.append(time.monotonic())
+            server.active += 1
+            server.most_active = max(server.most_active, server.active)
+        try:
+            self._answer(server.behaviour)
+        finally:
+            with server.lock:
+                server.active -= 1
+
+    def _answer(self, behaviour: Any) -> None:
         if callable(behaviour):
             behaviour(self)
             return
@@ -93,6 +109,11 @@ class DocServer(ThreadingHTTPServer):
         self.behaviour: Any = "ok"
         self.requests = 0
         self.paths: list[str] = []
+        self.times: list[float] = []  # when each request arrived (time.monotonic)
+        self.connections = 0  # TCP connections accepted
+        self.active = 0  # requests being answered now
+        self.most_active = 0
+        self.lock = threading.Lock()
         self.port = self.server_address[1]
         self.address = f"127.0.0.1:{self.port}"
         self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.1})
@@ -103,6 +124,57 @@ class DocServer(ThreadingHTTPServer):
         self.shutdown()
         self.server_close()
         self._thread.join(5)
+
+
+class Fleet:
+    """Many /profile.json servers on one asyncio thread: a fleet of real targets for scale tests.
+
+    Target ``i`` serves ``make_doc(stacks(i), instance=f"f{i}")`` over kept-alive HTTP/1.1,
+    whole whatever the query (``since`` 0), which a collector reads like any answer.
+    """
+
+    def __init__(self, size: int, stacks) -> None:
+        import asyncio
+
+        self.docs = [
+            json.dumps(make_doc(stacks(i), instance=f"f{i:05d}")).encode() for i in range(size)
+        ]
+        self.requests = 0
+        self._loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(ready,), name="test-fleet")
+        self._thread.start()
+        ready.wait(60)
+        self.addresses = [f"127.0.0.1:{port}" for port in self._ports]
+
+    def _run(self, ready: threading.Event) -> None:
+        import asyncio
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("bench_poll", ROOT / "bench/bench_poll.py")
+        assert spec is not None and spec.loader is not None
+        bench_poll = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench_poll)
+
+        def answer(index: int, _request: bytes) -> tuple[bytes, bool]:
+            self.requests += 1
+            return self.docs[index], False
+
+        asyncio.set_event_loop(self._loop)
+        self._servers = self._loop.run_until_complete(
+            bench_poll.serve_fleet(len(self.docs), answer)
+        )
+        self._ports = [server.sockets[0].getsockname()[1] for server in self._servers]
+        ready.set()
+        self._loop.run_forever()
+        for server in self._servers:
+            server.close()
+        self._loop.run_until_complete(asyncio.sleep(0))
+        self._loop.close()
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(30)
 
 
 def send_status(status: int, body: bytes = b"boom\n"):
@@ -174,6 +246,25 @@ def gigantic(chunk_mb: int = 1, total_mb: int = 512, declare: bool = False):
         except OSError:
             pass  # the collector hung up past its cap: exactly what should happen
         handler.close_connection = True
+
+    return behave
+
+
+def gzipped(body: bytes, *, declare: bool = True):
+    """A behaviour answering ``body`` gzip-encoded, as the sampler does for a collector."""
+    import gzip as gzip_module
+
+    packed = gzip_module.compress(body, compresslevel=1)
+
+    def behave(handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Encoding", "gzip")
+        if declare:
+            handler.send_header("Content-Length", str(len(packed)))
+        handler.end_headers()
+        handler.wfile.write(packed)
+        if not declare:
+            handler.close_connection = True
 
     return behave
 
@@ -281,9 +372,22 @@ def collector_settings(db_url: str, targets=(), **changes: Any):
         "poll_interval": 1.0,
         "health_listen": "",
         "db_busy_timeout": 1.0,
+        # The worst-cases and findings jobs read the targets too: off unless a test asks, so
+        # the polling tests count polls only (test_worst.py and test_findings.py run them).
+        "worst_interval": 0.0,
+        "findings_interval": 0.0,
         **changes,
     }
     return load_settings(environ={}).replace(**values)
+
+
+def migrated_collector(db_url: str, targets=(), **changes: Any):
+    """A collector of ``collector_settings`` on a database brought up to date."""
+    from collector.service import Collector
+
+    c = Collector(collector_settings(db_url, targets, **changes))
+    c.migrate()
+    return c
 
 
 def stored(db_url: str, instance: str | None = None, mode: str = "cpu") -> dict[str, int]:
@@ -326,85 +430,3 @@ class CapturedLog:
     def matching(self, *parts: str) -> list[str]:
         """Returns the lines containing every one of ``parts``."""
         return [line for line in self.lines if all(part in line for part in parts)]
-
-
-class TcpProxy:
-    """A TCP forwarder on a fixed local port that can be taken down and brought back.
-
-    Taking it down closes the listening socket and every forwarded connection, so a client of
-    the real server behind it sees exactly what it would see if that server were unreachable,
-    while the server itself (shared with other users) is never touched.
-    """
-
-    def __init__(self, upstream: tuple[str, int]) -> None:
-        self.upstream = upstream
-        self.port = closed_port()
-        self._conns: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._listener: socket.socket | None = None
-        self.up()
-
-    def up(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(64)
-        self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def down(self) -> None:
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            # shutdown() wakes the thread blocked in accept(); close() alone would leave the
-            # kernel socket listening until that accept() returned.
-            try:
-                listener.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            listener.close()
-        with self._lock:
-            conns, self._conns = self._conns, []
-        for conn in conns:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            conn.close()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            try:
-                server = socket.create_connection(self.upstream, timeout=5)
-            except OSError:
-                client.close()
-                continue
-            server.settimeout(None)
-            with self._lock:
-                self._conns += [client, server]
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (src, dst):
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def url(self, pg_url: str) -> str:
-        """Rewrites a PostgreSQL URL on 127.0.0.1:5432 to go through this proxy."""
-        return pg_url.replace("127.0.0.1:5432", f"127.0.0.1:{self.port}")
-
-    def close(self) -> None:
-        self.down()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import threading
 from collections.abc import Iterator
@@ -23,9 +24,39 @@ def row(
     host: str = "web-1",
     instance: str = "i-1",
     labels: dict[str, str] | None = None,
+    interval: float = 0.01,
 ) -> SampleRow:
     """Returns a sample row with sensible defaults."""
-    return SampleRow(bucket, mode, service, host, instance, labels or {}, stack, count)
+    return SampleRow(bucket, mode, service, host, instance, labels or {}, stack, count, interval)
+
+
+def sparse_rows(
+    start: int,
+    end: int,
+    every: int,
+    instances: list[dict],
+    *,
+    stacks: list[str],
+    seed: int,
+    most: int = 50,
+) -> list[SampleRow]:
+    """Returns a row every ``every`` seconds of [start, end) for each of ``instances``
+    (row() keywords), each of a random stack and route label, with 1 to ``most`` samples."""
+    rng = random.Random(seed)
+    rows = []
+    for bucket in range(start - start % 60, end, every):
+        bucket -= bucket % 60
+        for instance in instances:
+            labels = {"route": rng.choice(["/a", "/b"])}
+            stack, count = rng.choice(stacks), rng.randint(1, most)
+            rows.append(row(bucket, stack, count, labels=labels, **instance))
+    return rows
+
+
+def write_all(store: Store, rows: list[SampleRow], piece: int = 2000) -> None:
+    """Writes rows a piece at a time, as a collector does round by round."""
+    for i in range(0, len(rows), piece):
+        store.write(rows[i : i + piece])
 
 
 @pytest.fixture(name="store")

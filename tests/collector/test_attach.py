@@ -12,10 +12,9 @@ import pytest
 import requests
 from pollhelpers import ROOT, collector_settings, stored, wait_until
 
-from collector.attach import Attacher, convert_raw, find_process, permission_help
-from collector.deltas import validate_profile
+from attach import Attacher, convert_raw, find_process, permission_help, serve
 from collector.service import Collector
-from sampler.profile import parse_folded
+from sampler.profile import parse_folded, validate_document
 
 PY_SPY = (
     str(ROOT / ".venv" / "bin" / "py-spy")
@@ -62,8 +61,6 @@ def test_convert_raw_frames_to_wire_names():
 def test_attach_serves_the_sampler_endpoints_and_the_collector_stores_it(
     target_process, sqlite_url
 ):
-    from collector.attach import serve
-
     attacher = Attacher(
         pid=target_process.pid,
         window=1,
@@ -73,14 +70,14 @@ def test_attach_serves_the_sampler_endpoints_and_the_collector_stores_it(
         py_spy=PY_SPY,
     )
     server = serve(attacher, "127.0.0.1", 0, None)
-    address = f"127.0.0.1:{server.server_address[1]}"
+    address = f"127.0.0.1:{server.port}"
     runner = threading.Thread(target=attacher.run, daemon=True)
     runner.start()
     try:
         wait_until(lambda: attacher.windows >= 2, timeout=60, what="two py-spy windows")
         assert attacher.error is None
         doc = requests.get(f"http://{address}/profile.json", timeout=10).json()
-        profile = validate_profile(doc)
+        profile = validate_document(doc)
         assert profile.labels["service"] == "billing" and profile.labels["team"] == "legacy"
         assert profile.instance_id and doc["instance"]["pid"] == target_process.pid
         stacks = requests.get(f"http://{address}/stacks", timeout=10).text
@@ -100,8 +97,7 @@ def test_attach_serves_the_sampler_endpoints_and_the_collector_stores_it(
     finally:
         attacher.stop()
         runner.join(30)
-        server.shutdown()
-        server.server_close()
+        server.stop()
 
 
 def test_match_finds_the_oldest_matching_process(target_process):
@@ -123,7 +119,7 @@ def test_permission_denied_says_what_is_needed(target_process, tmp_path):
         [
             sys.executable,
             "-m",
-            "collector.attach",
+            "attach",
             "--pid",
             str(target_process.pid),
             "--port",
@@ -152,7 +148,7 @@ def test_pid_that_exits_ends_attach_with_a_clear_message(tmp_path):
             [
                 sys.executable,
                 "-m",
-                "collector.attach",
+                "attach",
                 "--pid",
                 str(proc.pid),
                 "--port",
@@ -171,3 +167,29 @@ def test_pid_that_exits_ends_attach_with_a_clear_message(tmp_path):
         proc.wait(10)
     assert result.returncode == 4, result.stderr
     assert f"process {proc.pid} is gone" in result.stderr
+
+
+def test_the_agent_is_served_by_the_samplers_http_server():
+    import time
+
+    attacher = Attacher(pid=os.getpid(), service="me", py_spy=PY_SPY)
+    with attacher._lock:
+        attacher._counts = {"app:main;app:work": 7}
+    server = serve(attacher, "127.0.0.1", 0, None)
+    try:
+        url = f"http://127.0.0.1:{server.port}"
+        doc = validate_document(requests.get(url + "/profile.json", timeout=10).json())
+        assert doc.stacks == {(0, "app:main;app:work"): 7} and doc.labels["service"] == "me"
+        assert requests.get(url + "/dump", timeout=10).status_code == 404
+        # A read of the next second is parked in the server: /info answers meanwhile.
+        started = time.monotonic()
+        with requests.Session() as session:
+            window = threading.Thread(
+                target=lambda: session.get(url + "/stacks?seconds=1", timeout=10)
+            )
+            window.start()
+            assert requests.get(url + "/info", timeout=10).json()["driver"] == "py-spy"
+            assert time.monotonic() - started < 0.9
+            window.join(10)
+    finally:
+        server.stop()

@@ -4,30 +4,32 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import replace
 
 import pytest
 from pollhelpers import make_doc
 
-from collector.deltas import (
-    Limits,
-    ProfileError,
-    TargetState,
-    compute_delta,
-    decode_profile,
-    merge_cursor_updates,
-    validate_profile,
-)
+from collector.deltas import compute_delta, merge_cursor_updates
+from collector.states import StackTable, TargetState
+from sampler.profile import DocumentError, Limits, decode_document, validate_document
+
+TABLE = StackTable()
 
 
-def profile(stacks, *, instance="a1", label_sets=None, labels=None):
-    return validate_profile(
-        make_doc(stacks, instance=instance, label_sets=label_sets, labels=labels)
-    )
+def profile(stacks, *, instance="a1", label_sets=None, labels=None, generation=0):
+    doc = make_doc(stacks, instance=instance, label_sets=label_sets, labels=labels)
+    doc["generation"] = generation
+    return validate_document(doc)
 
 
 def delta(prev, prof, **kw):
-    return compute_delta("w1:8021", kw.pop("target_labels", {}), prev, prof, bucket=600)
+    table = kw.pop("table", TABLE)
+    return compute_delta(
+        "w1:8021", kw.pop("target_labels", {}), prev, prof, bucket=600, table=table
+    )
+
+
+def counts(state):
+    return state.folded(TABLE)
 
 
 def row_counts(d):
@@ -43,13 +45,20 @@ def test_first_snapshot_is_all_new():
     assert all(r.bucket == 600 and r.instance == "a1" and r.mode == "cpu" for r in d.rows)
 
 
+def test_rows_carry_the_sampling_interval_of_their_document():
+    doc = make_doc([(0, "a;b", 5)])
+    doc["interval"] = 0.005
+    (row,) = delta(None, validate_document(doc)).rows
+    assert row.interval == 0.005
+
+
 def test_growth_gives_the_difference_and_changed_keys_only():
     first = delta(None, profile([(0, "a;b", 5), (0, "a;c", 3)]))
     second = delta(first.state, profile([(0, "a;b", 9), (0, "a;c", 3), (0, "a;d", 1)]))
     assert row_counts(second) == {("a;b", ()): 4, ("a;d", ()): 1}
     assert not second.cursor.replaced
     assert second.cursor.counts == {(0, "a;b"): 9, (0, "a;d"): 1}
-    assert second.state.counts == {(0, "a;b"): 9, (0, "a;c"): 3, (0, "a;d"): 1}
+    assert counts(second.state) == {(0, "a;b"): 9, (0, "a;c"): 3, (0, "a;d"): 1}
 
 
 def test_unchanged_snapshot_gives_nothing():
@@ -153,45 +162,46 @@ def _mutated(path, value):
     ],
 )
 def test_validation_names_the_bad_field(path, value, message):
-    with pytest.raises(ProfileError, match=message.replace("[", r"\[").replace("]", r"\]")):
-        validate_profile(_mutated(path, value))
+    with pytest.raises(DocumentError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        validate_document(_mutated(path, value))
 
 
 def test_too_many_stacks_is_refused():
     doc = make_doc([(0, f"s{i}", 1) for i in range(11)])
-    with pytest.raises(ProfileError, match="more than the limit of 10"):
-        validate_profile(doc, Limits(max_stacks=10))
+    with pytest.raises(DocumentError, match="more than the limit of 10"):
+        validate_document(doc, Limits(max_stacks=10))
 
 
 def test_decode_rejects_bad_json_and_non_objects():
-    with pytest.raises(ProfileError, match="not valid JSON"):
-        decode_profile(b'{"format": ')
-    with pytest.raises(ProfileError, match="expected a JSON object"):
-        decode_profile(b"[1, 2]")
+    with pytest.raises(DocumentError, match="not valid JSON"):
+        decode_document(b'{"format": ')
+    with pytest.raises(DocumentError, match="expected a JSON object"):
+        decode_document(b"[1, 2]")
     good = make_doc([(0, "a", 1)])
-    assert decode_profile(json.dumps(good).encode()).stacks == {(0, "a"): 1}
+    assert decode_document(json.dumps(good).encode()).stacks == {(0, "a"): 1}
 
 
 def test_validation_does_not_modify_the_document():
     doc = make_doc([(0, "a", 1), (0, "a", 2)])
     before = copy.deepcopy(doc)
-    prof = validate_profile(doc)
+    prof = validate_document(doc)
     assert doc == before
     assert prof.stacks == {(0, "a"): 3}
 
 
-def test_state_is_not_shared_with_the_previous_one():
-    first = delta(None, profile([(0, "a", 1)]))
-    prev = TargetState(first.state.instance, dict(first.state.counts), dict(first.state.label_sets))
-    delta(first.state, profile([(0, "a", 4)]))
-    assert first.state.counts == prev.counts
+def test_a_refused_document_leaves_the_state_as_it_was():
+    first = delta(None, profile([(0, "a", 1), (0, "b", 2)]))
+    with pytest.raises(DocumentError, match="grew by"):
+        delta(first.state, profile([(0, "a", 4), (0, "b", 2 + 10**10)]))
+    assert counts(first.state) == {(0, "a"): 1, (0, "b"): 2}
+    assert delta(first.state, profile([(0, "a", 4), (0, "b", 2)])).samples == 3
 
 
 def test_absurd_growth_between_polls_is_refused_and_consumes_nothing():
     first = delta(None, profile([(0, "a", 5)]))
-    with pytest.raises(ProfileError, match="grew by 2000000000"):
+    with pytest.raises(DocumentError, match="grew by 2000000000"):
         delta(first.state, profile([(0, "a", 2_000_000_005)]))
-    assert first.state.counts == {(0, "a"): 5}
+    assert counts(first.state) == {(0, "a"): 5}
     sane = delta(first.state, profile([(0, "a", 9)]))
     assert row_counts(sane) == {("a", ()): 4}
 
@@ -205,38 +215,96 @@ def test_decode_refuses_bad_stacks_however_they_are_encoded(stack):
         json.dumps(make_doc([(0, stack, 1)])).encode("utf-8", "surrogatepass"),
         json.dumps(make_doc([(0, stack, 1)]), ensure_ascii=False).encode("utf-8", "surrogatepass"),
     ):
-        with pytest.raises(ProfileError):
-            decode_profile(raw)
+        with pytest.raises(DocumentError):
+            decode_document(raw)
 
 
 def incremental(stacks, *, since, generation, instance="a1"):
     doc = make_doc(stacks, instance=instance)
     doc.update(since=since, generation=generation)
-    return validate_profile(doc)
+    return validate_document(doc)
 
 
 def test_an_incremental_document_gives_the_same_rows_as_a_full_one():
-    first = profile([(0, "a;b", 5), (0, "a;c", 3)])
-    base = delta(None, replace(first, generation=40)).state
+    first = [(0, "a;b", 5), (0, "a;c", 3)]
+    base = delta(None, profile(first, generation=40)).state
     assert base.generation == 40 and base.since_query() == "?since=40&instance=a1"
-    full = delta(base, replace(profile([(0, "a;b", 9), (0, "a;c", 3), (0, "d", 1)]), generation=70))
-    part = delta(base, incremental([(0, "a;b", 9), (0, "d", 1)], since=40, generation=70))
+    full = delta(base, profile([(0, "a;b", 9), (0, "a;c", 3), (0, "d", 1)], generation=70))
+    full_counts = counts(full.state)
+    again = delta(None, profile(first, generation=40)).state
+    part = delta(again, incremental([(0, "a;b", 9), (0, "d", 1)], since=40, generation=70))
     assert row_counts(part) == row_counts(full) == {("a;b", ()): 4, ("d", ()): 1}
-    assert part.state.counts == full.state.counts == {(0, "a;b"): 9, (0, "a;c"): 3, (0, "d"): 1}
+    assert counts(part.state) == full_counts == {(0, "a;b"): 9, (0, "a;c"): 3, (0, "d"): 1}
     assert part.state.generation == 70
 
 
 def test_an_incremental_document_for_another_snapshot_is_refused_and_read_whole_next():
-    base = delta(None, replace(profile([(0, "a;b", 5)]), generation=40)).state
-    with pytest.raises(ProfileError, match="since tick 39"):
+    base = delta(None, profile([(0, "a;b", 5)], generation=40)).state
+    with pytest.raises(DocumentError, match="since tick 39"):
         delta(base, incremental([(0, "a;b", 9)], since=39, generation=70))
     assert base.since_query() == ""  # the next poll asks for every stack
-    with pytest.raises(ProfileError, match="since tick 40"):
+    with pytest.raises(DocumentError, match="since tick 40"):
         delta(None, incremental([(0, "a;b", 9)], since=40, generation=70))
 
 
 def test_since_beyond_the_generation_is_invalid():
     doc = make_doc([(0, "a", 1)])
     doc.update(since=80, generation=70)
-    with pytest.raises(ProfileError, match="since"):
-        validate_profile(doc)
+    with pytest.raises(DocumentError, match="since"):
+        validate_document(doc)
+
+
+def test_the_fleet_holds_each_stack_once():
+    table = StackTable()
+    stacks = [f"main;work;leaf{i}" for i in range(50)]
+    states = [
+        delta(None, profile([(0, s, 1) for s in stacks], instance=f"i{n}"), table=table).state
+        for n in range(20)
+    ]
+    # Twenty targets, fifty distinct stacks: fifty strings, whatever the count of targets.
+    assert len(table) == 50
+    texts = {id(table.stack(sid)) for state in states for sid in state.stack_ids()}
+    assert len(texts) == 50
+    rows = delta(None, profile([(0, s, 1) for s in stacks], instance="x"), table=table).rows
+    assert {id(row.stack) for row in rows} == texts
+
+
+def test_the_table_drops_stacks_no_target_counts_any_more():
+    table = StackTable()
+    old = delta(None, profile([(0, "a;old", 1), (0, "a;kept", 1)]), table=table).state
+    new = delta(old, profile([(0, "a;new", 2)], instance="restarted"), table=table).state
+    assert len(table) == 3
+    assert table.sweep(new.stack_ids()) == 2
+    assert len(table) == 1 and counts_in(new, table) == {(0, "a;new"): 2}
+    # A freed id is reused, and a stack coming back gets an id again.
+    again = delta(
+        new, profile([(0, "a;new", 2), (0, "a;old", 5)], instance="restarted"), table=table
+    )
+    assert len(table) == 2 and counts_in(again.state, table)[(0, "a;old")] == 5
+
+
+def counts_in(state, table):
+    return state.folded(table)
+
+
+def test_cursors_rebuild_a_state():
+    from collector.store import Cursor
+
+    table = StackTable()
+    cursor = Cursor("a1", {(0, "x;y"): 4, (1, "x"): 2}, {0: {}, 1: {"r": "/"}})
+    state = TargetState.from_cursor(cursor, table)
+    assert state.folded(table) == {(0, "x;y"): 4, (1, "x"): 2}
+    d = delta(state, profile([(0, "x;y", 6)]), table=table)
+    assert row_counts(d) == {("x;y", ()): 2} and not d.new_instance
+
+
+def test_dropped_rows_keep_their_cursor_for_the_next_part():
+    first = delta(None, profile([(0, "a", 1)]))
+    second = delta(first.state, profile([(0, "a", 3), (0, "b", 1)]))
+    third = delta(second.state, profile([(0, "a", 7), (0, "b", 1)]))
+    assert second.part.drop_rows() == (2, 3)
+    assert second.part.sample_rows() == [] and second.part.rows == 0
+    third.part.carry(second.part)
+    update = third.part.cursor_update()
+    assert update.counts == {(0, "a"): 7, (0, "b"): 1}
+    assert row_counts(third) == {("a", ()): 4}

@@ -15,45 +15,30 @@ import time
 import pytest
 from pollhelpers import (
     ROOT,
-    CapturedLog,
-    DocServer,
-    TcpProxy,
     collector_settings,
     gigantic,
     hang_mid_response,
     make_doc,
+    migrated_collector,
     send_status,
     stored,
     wait_until,
 )
+from storehelpers import TcpProxy
 
 from collector.service import Collector
 
 
-@pytest.fixture
-def logs():
-    captured = CapturedLog()
-    yield captured
-    captured.close()
+def pg_proxy() -> TcpProxy:
+    """A forwarder to the local PostgreSQL: stopping it is an outage of that database."""
+    proxy = TcpProxy(5432)
+    proxy.start()
+    return proxy
 
 
-@pytest.fixture
-def servers():
-    made: list[DocServer] = []
-
-    def make(doc=None):
-        made.append(DocServer(doc))
-        return made[-1]
-
-    yield make
-    for server in made:
-        server.close()
-
-
-def collector(db_url, targets, **changes):
-    c = Collector(collector_settings(db_url, targets, **changes))
-    c.migrate()
-    return c
+def through(proxy: TcpProxy, pg_url: str) -> str:
+    """The URL of a PostgreSQL database on 127.0.0.1:5432, reached through ``proxy``."""
+    return pg_url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
 
 
 def _doc_with(entry):
@@ -94,7 +79,7 @@ def test_hostile_target(db_url, servers, logs, fault):
     bad = servers(make_doc([(0, "h;x", 7), (0, "h;y", 2)], instance="h1"))
     release = threading.Event()
     bad.behaviour = hang_mid_response(release) if make_behaviour is None else make_behaviour()
-    c = collector(db_url, [good.address, bad.address], max_response_bytes=2 * 1024 * 1024)
+    c = migrated_collector(db_url, [good.address, bad.address], max_response_bytes=2 * 1024 * 1024)
     try:
         started = time.monotonic()
         report = c.poll_cycle()
@@ -123,7 +108,7 @@ def test_hostile_target(db_url, servers, logs, fault):
 
 def test_dns_failure(db_url, servers, logs):
     good = servers(make_doc([(0, "g;a", 4)], instance="g1"))
-    c = collector(db_url, [good.address, "no-such-worker.invalid:8021"])
+    c = migrated_collector(db_url, [good.address, "no-such-worker.invalid:8021"])
     try:
         report = c.poll_cycle()
     finally:
@@ -136,12 +121,12 @@ def test_dns_failure(db_url, servers, logs):
 
 
 def test_postgresql_unreachable_for_a_while(pg_url, servers, logs):
-    proxy = TcpProxy(("127.0.0.1", 5432))
+    proxy = pg_proxy()
     server = servers(make_doc([(0, "a", 1)]))
-    c = collector(proxy.url(pg_url), [server.address])
+    c = migrated_collector(through(proxy, pg_url), [server.address])
     try:
         assert c.poll_cycle().written
-        proxy.down()
+        proxy.stop()
         for count in (3, 6, 10):
             server.doc = make_doc([(0, "a", count), (0, f"b{count}", 1)])
             report = c.poll_cycle()
@@ -150,47 +135,47 @@ def test_postgresql_unreachable_for_a_while(pg_url, servers, logs):
         assert c.buffered_rows() == 6
         assert c.metrics.get("fleetflame_collector_database_up") == 0
         assert c.status()[0]  # still healthy: restarting would lose the buffer
-        proxy.up()
+        proxy.start()
         server.doc = make_doc([(0, "a", 11), (0, "b3", 1), (0, "b6", 1), (0, "b10", 1)])
         assert c.poll_cycle().written
         assert c.buffered_rows() == 0
     finally:
         c.stop()
-        proxy.close()
+        proxy.stop()
     assert stored(pg_url, "a1") == {"a": 11, "b3": 1, "b6": 1, "b10": 1}
 
 
 def test_database_unreachable_at_start_waits_for_the_cursors(pg_url, servers, logs):
-    proxy = TcpProxy(("127.0.0.1", 5432))
+    proxy = pg_proxy()
     server = servers(make_doc([(0, "a", 5)]))
-    first = collector(pg_url, [server.address])
+    first = migrated_collector(pg_url, [server.address])
     try:
         first.poll_cycle()
     finally:
         first.stop()
-    proxy.down()
+    proxy.stop()
     # A restart while the database is away: it must not poll without the cursors (it would
     # count the 5 samples again), and it must not crash.
-    c = Collector(collector_settings(proxy.url(pg_url), [server.address]))
+    c = Collector(collector_settings(through(proxy, pg_url), [server.address]))
     try:
         server.doc = make_doc([(0, "a", 8)])
         assert c.poll_cycle().skipped == "no cursors"
         assert logs.matching("cannot load cursors; not polling yet")
-        proxy.up()
+        proxy.start()
         assert c.poll_cycle().samples == 3
     finally:
         c.stop()
-        proxy.close()
+        proxy.stop()
     assert stored(pg_url, "a1") == {"a": 8}
 
 
 def test_full_buffer_drops_oldest_rows_but_keeps_their_cursors(pg_url, servers, logs):
-    proxy = TcpProxy(("127.0.0.1", 5432))
+    proxy = pg_proxy()
     server = servers(make_doc([(0, "a", 1)]))
-    c = collector(proxy.url(pg_url), [server.address], buffer_max_rows=3)
+    c = migrated_collector(through(proxy, pg_url), [server.address], buffer_max_rows=3)
     try:
         c.poll_cycle()
-        proxy.down()
+        proxy.stop()
         stacks = [(0, "a", 1)]
         for i in range(2, 5):  # three cycles of two new rows each, with room for three rows
             stacks = [(0, "a", i)] + [(0, f"c{i}", 10)] + stacks[1:]
@@ -200,14 +185,14 @@ def test_full_buffer_drops_oldest_rows_but_keeps_their_cursors(pg_url, servers, 
         assert dropped == 4
         lines = logs.matching("level=error", "write buffer full", "rows=2", "samples=11")
         assert len(lines) == 2
-        proxy.up()
+        proxy.start()
         c.poll_cycle()
         stacks = [(0, "a", 9)] + stacks[1:]
         server.doc = make_doc(stacks)
         c.poll_cycle()
     finally:
         c.stop()
-        proxy.close()
+        proxy.stop()
     # Rows of cycles 2 and 3 were dropped (a +1 and c2, a +1 and c3); the rest is exact and
     # the growth after the outage is counted from the right cursor, not again from zero.
     assert stored(pg_url, "a1") == {"a": 9 - 2, "c4": 10}
@@ -227,7 +212,7 @@ conn.execute("COMMIT")
 @pytest.mark.parametrize("lock", ["DEFERRED", "EXCLUSIVE"])
 def test_sqlite_locked_by_another_process(sqlite_url, servers, logs, lock):
     server = servers(make_doc([(0, "a", 1)]))
-    c = collector(sqlite_url, [server.address])
+    c = migrated_collector(sqlite_url, [server.address])
     path = sqlite_url.removeprefix("sqlite:///")
     holder = subprocess.Popen(
         [sys.executable, "-c", SQLITE_HOLDER, path, lock],

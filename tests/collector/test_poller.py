@@ -7,10 +7,10 @@ import time
 
 import pytest
 from pollhelpers import (
-    DocServer,
     closed_port,
     drip,
     gigantic,
+    gzipped,
     hang_mid_response,
     make_doc,
     send_status,
@@ -33,20 +33,6 @@ def poller():
     p.close()
 
 
-@pytest.fixture
-def servers():
-    made: list[DocServer] = []
-
-    def make(doc=None):
-        server = DocServer(doc)
-        made.append(server)
-        return server
-
-    yield make
-    for server in made:
-        server.close()
-
-
 def target(address):
     return parse_target_spec(address)[0]
 
@@ -56,8 +42,33 @@ def test_good_target_gives_a_validated_profile_and_reuses_the_connection(poller,
     for _ in range(3):
         (result,) = poller.poll([target(server.address)])
         assert result.ok and result.profile.stacks == {(0, "a;b"): 3}
-    # One pooled keep-alive connection served every request.
-    assert server.requests == 3
+    # One kept-alive connection served every request.
+    assert server.requests == 3 and server.connections == 1
+    assert poller.kept_connections == 1
+
+
+def test_gzipped_answers_are_decoded_and_a_gzip_bomb_is_cut_at_the_cap(poller, servers):
+    import json
+
+    doc = make_doc([(0, f"main;leaf{i}", i + 1) for i in range(100)])
+    server = servers()
+    server.behaviour = gzipped(json.dumps(doc).encode())
+    (result,) = poller.poll([target(server.address)])
+    assert result.ok and len(result.profile.stacks) == 100
+    assert result.nbytes < len(json.dumps(doc)) / 3  # what was received: compressed
+    bomb = b'{"stacks": [' + b" " * (64 * 1024 * 1024)  # 64 MB of spaces: 64 KB gzipped
+    server.behaviour = gzipped(bomb, declare=False)
+    (result,) = poller.poll([target(server.address)])
+    assert result.reason == "too_large" and result.nbytes < 1024 * 1024
+
+
+def test_a_stale_kept_connection_is_retried_once_on_a_new_one(poller, servers):
+    server = servers(make_doc([(0, "a;b", 3)]))
+    assert poller.poll([target(server.address)])[0].ok
+    (conn,) = poller._idle.values()
+    conn.sock.shutdown(2)  # as if the target had closed it while idle
+    (result,) = poller.poll([target(server.address)])
+    assert result.ok and server.connections == 2
 
 
 @pytest.mark.parametrize(

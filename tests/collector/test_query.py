@@ -282,7 +282,7 @@ def test_plan_examples() -> None:
 
 
 def test_counts_of_an_id_read_twice_are_added() -> None:
-    from collector.query import _add_counts
+    from collector.store.reads import _add_counts
 
     totals: dict[int, int] = {}
     _add_counts(totals, [1, 2, 1], [5, 1, 2])  # should not happen (one snapshot), but may not lose

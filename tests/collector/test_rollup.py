@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import sqlalchemy as sa
-from storehelpers import T0, row, store_fixture  # noqa: F401  (the `store` fixture)
+from storehelpers import T0, row, sparse_rows, store_fixture, write_all  # noqa: F401
 
 from collector.query import Filters, Query
 from collector.store import Store
@@ -18,24 +16,14 @@ NOW = T0 + 10 * DAY + 5 * HOUR + 1234  # "now" of the rollup runs below
 
 def fill(store: Store, days: int = 10, seed: int = 7) -> None:
     """Writes sparse samples over `days` days before NOW: 3 instances, a handful of stacks."""
-    rng = random.Random(seed)
+    instances = [
+        {"instance": instance, "service": "api" if instance != "i-3" else "batch"}
+        for instance in ("i-1", "i-2", "i-3")
+    ]
     stacks = ["main;a", "main;a;b", "main;c", "main;c;d;e", "main;a;b;a;b"]
-    rows = []
-    for bucket in range(NOW - days * DAY, NOW, 60 * 7):
-        bucket -= bucket % 60
-        for instance in ("i-1", "i-2", "i-3"):
-            rows.append(
-                row(
-                    bucket,
-                    rng.choice(stacks),
-                    rng.randint(1, 50),
-                    instance=instance,
-                    service="api" if instance != "i-3" else "batch",
-                    labels={"route": rng.choice(["/a", "/b"])},
-                )
-            )
-    for i in range(0, len(rows), 2000):
-        store.write(rows[i : i + 2000])
+    write_all(
+        store, sparse_rows(NOW - days * DAY, NOW, 60 * 7, instances, stacks=stacks, seed=seed)
+    )
 
 
 WINDOWS = [
@@ -80,11 +68,19 @@ def test_query_reads_the_coarsest_resolution_covering_the_window(store: Store) -
     q = Query(store)
     old = (T0 + 3 * HOUR, T0 + 2 * DAY)  # hour-aligned, older than 7 days
     assert q.resolution(*old) == 3600
-    assert [s.width for s in q.plan(*old)] == [3600]
+    one_host = Filters(hosts=("web-1",))  # instance tiers only
+    assert [s.width for s in q.plan(*old, filters=one_host)] == [3600]
+    # The whole fleet: its 6-hour and daily rows where they fit.
+    assert [(s.width, s.fleet) for s in q.plan(*old)] == [
+        (3600, True),
+        (6 * HOUR, True),
+        (DAY, True),
+    ]
     recent = (NOW - 5 * HOUR - 17 * 60, NOW - 23 * 60)
     assert q.resolution(*recent) == q.store.bucket_seconds == 60
     # Its merged profile reads the complete hours inside it from hourly rows, the rest
     # from minute rows (same counts, see the equivalence test).
+    assert {s.width for s in q.plan(*recent, filters=one_host)} == {60, 600, 3600}
     assert {s.width for s in q.plan(*recent)} == {60, 600, 3600}
     assert q.resolution(T0 + 8 * DAY, T0 + 9 * DAY) == 600
     spanning = q.plan(*WINDOWS[4])
@@ -227,7 +223,7 @@ def test_one_series_in_one_rolled_up_bucket_is_read_without_merging(store, monke
         ((hour, hour + HOUR), one, False),
         ((hour, hour + 2 * HOUR), one, True),
         ((hour + 1, hour + HOUR + 1), one, True),  # from 10-minute rows, several buckets
-        ((hour, hour + HOUR), ALL, True),  # several series
+        ((hour, hour + HOUR), Filters(hosts=("web-1",)), True),  # several series
     ]
     q = Query(store)
     assert [s.width for s in q.plan(hour, hour + HOUR)] == [3600]
@@ -252,12 +248,44 @@ def test_one_series_in_one_rolled_up_bucket_is_read_without_merging(store, monke
 
 
 def test_buckets_a_series_may_hold_in_a_segment() -> None:
-    from collector.query import _buckets_in
+    from collector.store.reads import buckets_of_series
     from collector.store.tiers import Segment
 
     always = (0, 10**9)
-    assert _buckets_in(Segment(60, 100, 161), *always) == 1  # unaligned: only 120 starts in it
-    assert _buckets_in(Segment(60, 120, 181), *always) == 2
-    assert _buckets_in(Segment(600, 0, 1200), 180, 960) == 2  # rows at 0 and 600
-    assert _buckets_in(Segment(600, 0, 1200), 660, 960) == 1  # its rows start at 600
-    assert _buckets_in(Segment(60, 0, 600), 1980, 3000) == 0  # no rows there
+    assert buckets_of_series(Segment(60, 100, 161), *always) == 1  # unaligned: only 120 in it
+    assert buckets_of_series(Segment(60, 120, 181), *always) == 2
+    assert buckets_of_series(Segment(600, 0, 1200), 180, 960) == 2  # rows at 0 and 600
+    assert buckets_of_series(Segment(600, 0, 1200), 660, 960) == 1  # its rows start at 600
+    assert buckets_of_series(Segment(60, 0, 600), 1980, 3000) == 0  # no rows there
+
+
+def test_sqlite_gives_the_space_of_expired_rows_back(sqlite_url: str, tmp_path) -> None:
+    import sqlite3
+
+    def pages(path: str) -> tuple[int, int]:
+        with sqlite3.connect(path) as conn:
+            return (
+                conn.execute("PRAGMA page_count").fetchone()[0],
+                conn.execute("PRAGMA freelist_count").fetchone()[0],
+            )
+
+    path = sqlite_url.removeprefix("sqlite:///")
+    with Store(sqlite_url) as st:
+        st.migrate()
+        fill(st, days=3)
+        st.rollup(NOW)
+        full, _ = pages(path)
+        st.apply_retention(NOW + 40 * DAY)  # everything expires
+        left, free = pages(path)
+    assert left < full / 2 and free <= left / 5  # the file shrank; a fifth may stay free
+    # A file from before incremental auto-vacuum keeps working, and keeps its pages.
+    old = tmp_path / "old.db"
+    with sqlite3.connect(old) as conn:
+        conn.execute("CREATE TABLE placeholder (x)")  # its first table: auto-vacuum stays off
+    with Store(f"sqlite:///{old}") as st:
+        st.migrate()
+        fill(st, days=1)
+        st.rollup(NOW)
+        st.apply_retention(NOW + 40 * DAY)
+        assert st.engine.reclaim_space() == 0
+        assert Query(st).profile(T0, NOW) == {}

@@ -8,23 +8,16 @@ import time
 import pytest
 import requests
 from pollhelpers import (
-    CapturedLog,
     DocServer,
     closed_port,
     collector_settings,
     make_doc,
+    migrated_collector,
     stored,
     wait_until,
 )
 
 from collector.service import Collector
-
-
-@pytest.fixture
-def logs():
-    captured = CapturedLog()
-    yield captured
-    captured.close()
 
 
 @pytest.fixture
@@ -34,14 +27,8 @@ def server():
     s.close()
 
 
-def make_collector(db_url, targets, **changes):
-    c = Collector(collector_settings(db_url, targets, **changes))
-    c.migrate()
-    return c
-
-
 def test_cycles_store_exact_deltas_and_a_restart_resumes_from_the_cursors(db_url, server, logs):
-    c = make_collector(db_url, [server.address])
+    c = migrated_collector(db_url, [server.address])
     try:
         report = c.poll_cycle()
         assert (report.ok, report.failed, report.rows, report.samples) == (1, 0, 2, 7)
@@ -53,7 +40,7 @@ def test_cycles_store_exact_deltas_and_a_restart_resumes_from_the_cursors(db_url
         c.stop()
     assert stored(db_url, "a1") == {"m;a": 9, "m;b": 2, "m;c": 1}
     # A new collector process on the same database: same snapshot adds nothing...
-    c = make_collector(db_url, [server.address])
+    c = migrated_collector(db_url, [server.address])
     try:
         assert c.poll_cycle().samples == 0
         server.doc = make_doc([(0, "m;a", 12), (0, "m;b", 2), (0, "m;c", 1)])
@@ -77,7 +64,7 @@ def test_labels_reach_the_rows(sqlite_url, server):
         label_sets=[{}, {"route": "/x"}],
         labels={"service": "api", "host": "web-3", "version": "1"},
     )
-    c = make_collector(sqlite_url, [server.address], target_labels={"environment": "prod"})
+    c = migrated_collector(sqlite_url, [server.address], target_labels={"environment": "prod"})
     try:
         c.poll_cycle()
     finally:
@@ -92,9 +79,28 @@ def test_labels_reach_the_rows(sqlite_url, server):
     assert values["route"] == ["/x"] and values["environment"] == ["prod"]
 
 
+def test_the_samplers_interval_reaches_the_store(db_url, server):
+    from collector.query import Query
+    from collector.store import Store
+
+    server.doc["interval"] = 0.005  # a worker sampling at 200 Hz
+    c = migrated_collector(db_url, [server.address])
+    try:
+        c.poll_cycle()
+    finally:
+        c.stop()
+    store = Store(db_url)
+    try:
+        now = int(time.time())
+        profile = Query(store).read(now - 7200, now + 7200)
+    finally:
+        store.close()
+    assert profile.interval == 0.005 and profile.counts == {"m;a": 5, "m;b": 2}
+
+
 def test_closed_ports_in_a_range_are_debug_not_failures(sqlite_url, server, logs):
     port = closed_port()
-    c = make_collector(
+    c = migrated_collector(
         sqlite_url, [f"127.0.0.1:{port}-{port}", f"127.0.0.1:{closed_port()}", server.address]
     )
     try:
@@ -119,7 +125,7 @@ def test_discovery_file_changes_are_picked_up(sqlite_url, server, tmp_path):
     other = DocServer(make_doc([(0, "x;y", 3)], instance="o1"))
     sd = tmp_path / "targets.json"
     sd.write_text(json.dumps([{"targets": [server.address]}]))
-    c = make_collector(sqlite_url, [], target_files=[str(sd)])
+    c = migrated_collector(sqlite_url, [], target_files=[str(sd)])
     try:
         assert c.poll_cycle().targets == 1
         tmp = tmp_path / "targets.json.tmp"
@@ -131,6 +137,31 @@ def test_discovery_file_changes_are_picked_up(sqlite_url, server, tmp_path):
         c.stop()
         other.close()
     assert stored(sqlite_url, "o1") == {"x;y": 3}
+
+
+def test_a_target_that_leaves_and_returns_resumes_from_its_stored_cursor(sqlite_url, tmp_path):
+    server = DocServer(make_doc([(0, "m;a", 5)], instance="r1"))
+    sd = tmp_path / "targets.json"
+
+    def listed(*addresses):
+        tmp = tmp_path / "targets.json.tmp"
+        tmp.write_text(json.dumps([{"targets": list(addresses)}]))
+        tmp.replace(sd)
+
+    listed(server.address)
+    c = migrated_collector(sqlite_url, [], target_files=[str(sd)])
+    try:
+        assert c.poll_cycle().samples == 5
+        listed()  # gone from the fleet: its state is dropped, its cursor stays stored
+        assert c.poll_cycle().targets == 0
+        assert server.address not in c.rounds.states
+        server.doc = make_doc([(0, "m;a", 9)], instance="r1")
+        listed(server.address)
+        assert c.poll_cycle().samples == 4  # not 9: counted from the stored cursor
+    finally:
+        c.stop()
+        server.close()
+    assert stored(sqlite_url, "r1") == {"m;a": 9}
 
 
 def test_scheduled_collector_serves_health_and_metrics(sqlite_url, server):
@@ -165,55 +196,57 @@ def test_scheduled_collector_serves_health_and_metrics(sqlite_url, server):
     assert stored(sqlite_url, "a1") == {"m;a": 8, "m;b": 2}
 
 
-def test_overrunning_cycle_is_logged_and_not_stacked(sqlite_url, server, logs):
+def test_a_hanging_and_a_dripping_target_never_delay_the_others(sqlite_url, logs):
+    import statistics
     import threading
 
-    from pollhelpers import hang_mid_response
+    from pollhelpers import drip, hang_mid_response
 
     release = threading.Event()
-    slow = DocServer(make_doc([(0, "s", 1)], instance="s1"))
-    slow.behaviour = hang_mid_response(release)
-    # The hanging target holds each cycle ~3 s (read timeout) against a 0.5 s interval.
+    healthy = [DocServer(make_doc([(0, "m;a", 5)], instance=f"h{i}")) for i in range(4)]
+    hanging = DocServer(make_doc([(0, "s", 1)], instance="s1"))
+    hanging.behaviour = hang_mid_response(release)
+    dripping = DocServer(make_doc([(0, "d", 1)], instance="d1"))
+    dripping.behaviour = drip(release)
+    interval = 1.0
+    # Each slow target holds its poll 3 s (read timeout, fetch deadline): three intervals.
     c = Collector(
         collector_settings(
             sqlite_url,
-            [server.address, slow.address],
-            poll_interval=0.5,
+            [s.address for s in (hanging, dripping, *healthy)],
+            poll_interval=interval,
             read_timeout=3.0,
             fetch_deadline=3.0,
         )
     )
-    running = []
-    original = c._poll_cycle
-
-    def tracked():
-        running.append(1)
-        assert len(running) == 1, "two poll cycles ran at once"
-        try:
-            return original()
-        finally:
-            running.pop()
-
-    c._poll_cycle = tracked
     c.start()
     try:
-        wait_until(
-            lambda: c.metrics.get("fleetflame_collector_overruns_total") >= 1,
-            timeout=30,
-            what="an overrun",
-        )
-        wait_until(lambda: logs.matching("poll cycle overran the interval"), what="overrun log")
+        wait_until(lambda: min(len(s.times) for s in healthy) >= 9, timeout=30, what="9 polls")
     finally:
         release.set()
         c.stop()
-        slow.close()
-    assert logs.matching("skipped, not stacked", "job=poll")
-    assert stored(sqlite_url, "a1") == {"m;a": 5, "m;b": 2}
+        for s in (hanging, dripping, *healthy):
+            s.close()
+    gaps = [b - a for s in healthy for a, b in zip(s.times[1:], s.times[2:], strict=False)]
+    # Every healthy target was polled every interval, within 10%, while the slow ones were
+    # stuck (before: every 3 s, the slow targets' timeout, whatever the interval).
+    assert abs(statistics.median(gaps) - interval) <= 0.1 * interval, gaps
+    assert max(gaps) < 1.5 * interval, gaps
+    # The slow targets were not asked again while their poll was in flight (3 s): skipped.
+    for slow in (hanging, dripping):
+        assert min(b - a for a, b in zip(slow.times, slow.times[1:], strict=False)) > 2.9, (
+            slow.times
+        )
+    assert c.metrics.get("fleetflame_collector_skipped_polls_total") >= 4
+    assert logs.matching("skipped this round")
+    assert logs.matching("poll cycle overran the interval")
+    assert logs.matching("poll failed", f"target={hanging.address}", "reason=timeout")
+    assert logs.matching("poll failed", f"target={dripping.address}", "reason=timeout")
 
 
 def test_polls_after_the_first_ask_only_for_what_changed(sqlite_url, server, logs):
     server.doc["generation"] = 50
-    c = make_collector(sqlite_url, [server.address])
+    c = migrated_collector(sqlite_url, [server.address])
     try:
         c.poll_cycle()
         server.doc = make_doc([(0, "m;a", 7)], now=server.doc["time"] + 10)
@@ -239,7 +272,7 @@ def test_a_target_the_store_refuses_is_set_aside_and_the_others_are_written(db_u
 
     good = DocServer(make_doc([(0, "m;a", 5)], instance="g1"))
     bad = DocServer(make_doc([(0, "m;b", 2), (0, "m;" + "x" * 40, 3)], instance="b1"))
-    c = make_collector(db_url, [good.address, bad.address])
+    c = migrated_collector(db_url, [good.address, bad.address])
     try:
         c.store.limits = StoreLimits(max_stack=30)  # one of the bad target's stacks is too long
         report = c.poll_cycle()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from storehelpers import T0, row, store_fixture  # noqa: F401  (the `store` fixture)
 
+from collector.migrate_db import head_revision
 from collector.query import Filters, Query
 from collector.store import Cursor, CursorUpdate, Store
 
@@ -12,9 +13,10 @@ from collector.store import Cursor, CursorUpdate, Store
 def test_migrate_creates_the_schema_and_is_idempotent(store: Store) -> None:
     store.migrate()  # a second run (another collector starting) changes nothing
     tables = set(sa.inspect(store.engine.sa_engine).get_table_names())
-    assert {"stacks", "label_sets", "series", "samples", "tiers", "cursor_entries"} <= tables
+    assert {"stacks", "label_sets", "series", "samples", "tiers", "cursor_log"} <= tables
     with store.engine.sa_engine.connect() as conn:
-        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "0001"
+        version = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+    assert version == head_revision()
 
 
 def test_written_rows_come_back_merged(store: Store) -> None:
@@ -127,3 +129,18 @@ def test_a_read_sees_one_snapshot_while_writes_commit(store: Store) -> None:
     with store.engine.read_transaction() as conn:
         assert conn.execute(samples).scalar() == 7
     assert query.profile(T0, T0 + 120) == {"m;a": 3, "m;b": 4}
+
+
+def test_two_writers_of_one_bucket_sum_their_counts(db_url: str) -> None:
+    # Each writer takes the bucket for new to it (PostgreSQL inserts without ON CONFLICT
+    # then): the second one's insert conflicts, and its write adds up all the same.
+    with Store(db_url) as first, Store(db_url) as second:
+        first.migrate()
+        first.write([row(T0, "a;b", 2), row(T0, "a;c", 1)])
+        second.write(
+            [row(T0, "a;b", 3), row(T0, "a;d", 4)],
+            [CursorUpdate("t:1", "i", True, {(0, "a;b"): 3})],
+        )
+        first.write([row(T0, "a;b", 5)])  # a bucket it wrote before: upserted at once
+        assert Query(first).profile(T0, T0 + 60) == {"a;b": 10, "a;c": 1, "a;d": 4}
+        assert second.load_cursors()["t:1"].counts == {(0, "a;b"): 3}

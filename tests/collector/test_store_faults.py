@@ -92,7 +92,7 @@ def test_bad_rows_are_refused_and_nothing_is_written(store: Store, bad: dict, me
         store.write([good, SampleRow(**fields)], [CursorUpdate("t:1", "i", True, {(0, "a;b"): 1})])
     assert caught.value.index == 1
     assert isinstance(caught.value, StoreError)
-    assert count_rows(store, "samples") == count_rows(store, "cursor_entries") == 0
+    assert count_rows(store, "samples") == count_rows(store, "cursor_log") == 0
     assert count_rows(store, "stacks") == 0
 
 
@@ -136,7 +136,7 @@ def test_a_failure_between_statements_rolls_everything_back(store: Store) -> Non
     store.write([row(T0, "a;b", 1)], [CursorUpdate("t:1", "i", True, {(0, "a;b"): 1})])
 
     def fail_on_cursors(conn, cursor, statement, *args):  # type: ignore[no-untyped-def]
-        if "cursor_entries" in statement and statement.lstrip().upper().startswith("INSERT"):
+        if "cursor_log" in statement and statement.lstrip().upper().startswith("INSERT"):
             raise RuntimeError("injected failure")
 
     engine = store.engine.sa_engine
@@ -170,7 +170,7 @@ CRASHING_WRITER = textwrap.dedent(
     store.write(rows, [CursorUpdate("t:1", "i", True, {(0, "a;b"): 1})])
 
     def die(conn, cursor, statement, *args):
-        if "cursor_entries" in statement and statement.lstrip().upper().startswith("INSERT"):
+        if "cursor_log" in statement and statement.lstrip().upper().startswith("INSERT"):
             os._exit(17)  # killed mid-write: no rollback, no cleanup
 
     sa.event.listen(store.engine.sa_engine, "before_cursor_execute", die)

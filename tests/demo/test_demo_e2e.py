@@ -27,22 +27,24 @@ DEMO_DIR = REPO / "deploy" / "demo"
 REGRESSION_FRAME = "demoshop.pricing:_find_line"
 
 
+def _demo_argv(var: Path, *args: str) -> list[str]:
+    """The command that runs the demo on free ports, with its state in ``var``."""
+    argv = [sys.executable, str(DEMO_DIR / "run.py"), "--base-port", "auto", "--var-dir", str(var)]
+    return [*argv, *args]
+
+
+def _demo_env() -> dict[str, str]:
+    """This process's environment without FLEETFLAME_* settings (the demo sets its own)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("FLEETFLAME_")}
+
+
 def _run_demo(
     var: Path, *args: str, timeout: float
 ) -> tuple[subprocess.CompletedProcess[str], dict]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETFLAME_")}
     proc = subprocess.run(
-        [
-            sys.executable,
-            str(DEMO_DIR / "run.py"),
-            "--base-port",
-            "auto",
-            "--var-dir",
-            str(var),
-            *args,
-        ],
+        _demo_argv(var, *args),
         cwd=REPO,
-        env=env,
+        env=_demo_env(),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -151,22 +153,10 @@ def test_the_demo_runs_headless_shows_the_regression_and_stops_cleanly(tmp_path)
 
     # A second run on the same folder (the database, logs and state of the first are there),
     # interactive this time: it runs until Ctrl-C, which the terminal sends to the orchestrator.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETFLAME_")}
     demo = subprocess.Popen(
-        [
-            sys.executable,
-            str(DEMO_DIR / "run.py"),
-            "--base-port",
-            "auto",
-            "--var-dir",
-            str(var),
-            "--deploy-after",
-            "-1",
-            "--poll-interval",
-            "1",
-        ],
+        _demo_argv(var, "--deploy-after", "-1", "--poll-interval", "1"),
         cwd=REPO,
-        env=env,
+        env=_demo_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

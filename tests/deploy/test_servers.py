@@ -119,6 +119,38 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
 
 
+def _start_gunicorn(
+    tmp_path: Path, http_port: int, workers: int, options: list[str], env: dict[str, str]
+) -> tuple[subprocess.Popen, Path]:
+    """Starts gunicorn with deploy/gunicorn.conf.py serving APP from `tmp_path`; returns the
+    master and its log."""
+    (tmp_path / "tinyapp.py").write_text(APP)
+    log = tmp_path / "gunicorn.log"
+    argv = [
+        str(BIN / "gunicorn"),
+        "-c",
+        str(DEPLOY / "gunicorn.conf.py"),
+        "--workers",
+        str(workers),
+        *options,
+        "--bind",
+        f"127.0.0.1:{http_port}",
+        "--chdir",
+        str(tmp_path),
+        "tinyapp:application",
+    ]
+    return _start(argv, env, tmp_path, log), log
+
+
+def _sampler_env(sampler_ports: list[int], service: str) -> dict[str, str]:
+    """The environment that starts a sampler in each worker, as _check_fleet expects it."""
+    return {
+        "FLEETFLAME_PORT": f"{sampler_ports[0]}-{sampler_ports[-1]}",
+        "FLEETFLAME_SERVICE": service,
+        "FLEETFLAME_LABELS": "version=9.9",
+    }
+
+
 def _check_fleet(
     proc: subprocess.Popen,
     http_port: int,
@@ -144,39 +176,24 @@ def _check_fleet(
 
 @pytest.mark.parametrize("worker_class", ["sync", "gthread"])
 def test_gunicorn_post_fork_gives_every_worker_its_own_sampler(tmp_path, worker_class) -> None:
-    (tmp_path / "tinyapp.py").write_text(APP)
     http_port, *sampler_ports = _free_ports(6)
-    log = tmp_path / "gunicorn.log"
-    proc = _start(
-        [
-            str(BIN / "gunicorn"),
-            "-c",
-            str(DEPLOY / "gunicorn.conf.py"),
-            "--workers",
-            "3",
-            "--worker-class",
-            worker_class,
-            "--threads",
-            "2" if worker_class == "gthread" else "1",  # gunicorn turns sync into gthread
-            "--bind",
-            f"127.0.0.1:{http_port}",
-            "--chdir",
-            str(tmp_path),
-            "tinyapp:application",
-        ],
-        {
-            "FLEETFLAME_PORT": f"{sampler_ports[0]}-{sampler_ports[-1]}",
-            "FLEETFLAME_SERVICE": "tiny",
-            "FLEETFLAME_LABELS": "version=9.9",
-        },
+    threads = "2" if worker_class == "gthread" else "1"  # gunicorn turns sync into gthread
+    proc, log = _start_gunicorn(
         tmp_path,
-        log,
+        http_port,
+        3,
+        ["--worker-class", worker_class, "--threads", threads],
+        _sampler_env(sampler_ports, "tiny"),
     )
     try:
         found = _check_fleet(proc, http_port, sampler_ports, 3, log, "tiny")
-        # Threaded workers sample from a thread: a signal would wait for the idle main thread.
-        expected_driver = "thread" if worker_class == "gthread" else "signal"
-        assert {info["driver"] for info in found.values()} == {expected_driver}
+        # The native engine gives each thread its own CPU timer. Without it, threaded workers
+        # sample from a thread: a signal would wait for the idle main thread.
+        for info in found.values():
+            if info["engine"] == "native":
+                assert info["driver"] == "thread-cpu-timers"
+            else:
+                assert info["driver"] == ("thread" if worker_class == "gthread" else "signal")
         # A worker serves its own stacks; the request handler's frames are in them.
         assert _wait(
             lambda: any(
@@ -190,26 +207,8 @@ def test_gunicorn_post_fork_gives_every_worker_its_own_sampler(tmp_path, worker_
 
 
 def test_gunicorn_without_the_environment_starts_no_sampler(tmp_path) -> None:
-    (tmp_path / "tinyapp.py").write_text(APP)
     http_port, *sampler_ports = _free_ports(4)
-    log = tmp_path / "gunicorn.log"
-    proc = _start(
-        [
-            str(BIN / "gunicorn"),
-            "-c",
-            str(DEPLOY / "gunicorn.conf.py"),
-            "--workers",
-            "2",
-            "--bind",
-            f"127.0.0.1:{http_port}",
-            "--chdir",
-            str(tmp_path),
-            "tinyapp:application",
-        ],
-        {},
-        tmp_path,
-        log,
-    )
+    proc, log = _start_gunicorn(tmp_path, http_port, 2, [], {})
     try:
         assert _wait(lambda: _get(f"http://127.0.0.1:{http_port}/"), 60), log.read_text()
         default_range = list(range(8021, 8037))
@@ -254,11 +253,7 @@ def test_uwsgi_gives_every_worker_its_own_sampler(tmp_path, variant) -> None:
             "--module",
             module,
         ],
-        {
-            "FLEETFLAME_PORT": f"{sampler_ports[0]}-{sampler_ports[-1]}",
-            "FLEETFLAME_SERVICE": "tiny-uwsgi",
-            "FLEETFLAME_LABELS": "version=9.9",
-        },
+        _sampler_env(sampler_ports, "tiny-uwsgi"),
         tmp_path,
         log,
     )

@@ -12,7 +12,18 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
+
+from sampler._engine_native import unavailable
+
 WORKLOADS = Path(__file__).parent / "workloads"
+# Both engines; the native one is skipped, with the reason, where it is not built.
+ENGINES = [
+    pytest.param(
+        "native", marks=pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+    ),
+    "python",
+]
 ROOT = Path(__file__).resolve().parents[2]
 
 

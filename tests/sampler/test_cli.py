@@ -6,7 +6,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pytest
-from samplerhelpers import WORKLOADS, env, run_sampled, share
+from samplerhelpers import ENGINES, WORKLOADS, env, run_sampled, share
 
 from sampler.profile import parse_folded
 
@@ -129,3 +129,24 @@ def test_agrees_with_py_spy_on_the_same_workload(tmp_path):
 
     ours = run_sampled(tmp_path, "split.py", "--kind", "cpu", "--seconds", "6")
     assert share(ours, "hot_a", ("hot_a", "hot_b")) == pytest.approx(py_spy_share("hot_a"), abs=8)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_stacks_start_at_the_program_and_switches_need_no_value(tmp_path, engine):
+    # --lineno alone turns line numbers on (it needed a value); the launcher's frames (runpy's
+    # and the sampler's own __main__) are left out, so no second __main__:<module> sits above
+    # the program's.
+    out = tmp_path / "out.folded"
+    subprocess.run(
+        [sys.executable, "-m", "sampler", "run", "--engine", engine, "--lineno", "-o", str(out)]
+        + [str(WORKLOADS / "exits.py"), "--flag", "value", "0"],
+        env=env(),
+        timeout=60,
+        check=True,
+    )
+    counts = parse_folded(out.read_text())
+    busy = {s: c for s, c in counts.items() if ":busy_for_a_while:" in s}
+    assert sum(busy.values()) >= 20
+    for stack in busy:
+        assert stack.startswith("__main__:<module>:"), stack
+        assert "runpy:" not in stack

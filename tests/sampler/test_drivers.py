@@ -17,7 +17,7 @@ def spin(seconds):
 
 
 def test_start_twice_returns_the_same_sampler_and_stop_restores_handlers():
-    first = sampler.start(port="none")
+    first = sampler.start(port="none", engine="python")
     try:
         assert sampler.start(port="none") is first
         assert first.driver.name == "signal"
@@ -40,7 +40,7 @@ def test_another_librarys_handler_is_kept_and_the_thread_driver_used(caplog):
     signal.signal(signal.SIGPROF, theirs)
     try:
         with caplog.at_level(logging.WARNING, logger="sampler"):
-            s = sampler.start(port="none")
+            s = sampler.start(port="none", engine="python")
         assert s.driver.name == "thread"
         assert "already has a handler" in caplog.text
         assert signal.getsignal(signal.SIGPROF) is theirs
@@ -57,7 +57,7 @@ def test_started_off_the_main_thread_falls_back_to_the_thread_driver(caplog):
     result = {}
 
     def starter():
-        result["sampler"] = sampler.start(port="none", mode="wall")
+        result["sampler"] = sampler.start(port="none", mode="wall", engine="python")
 
     with caplog.at_level(logging.WARNING, logger="sampler"):
         t = threading.Thread(target=starter)

@@ -139,22 +139,47 @@ def test_slow_client_does_not_stall_sampling_or_other_clients(running):
     slow.close()
 
 
-def test_too_many_concurrent_requests_get_503(running):
+def test_mounted_in_a_host_server_long_reads_wait_on_a_few_threads_only(running):
+    """In a host's own server there is nothing to park in: a long read waits on its thread,
+    and past a few of them it is refused, so quick reads always find a slot."""
+    from socketserver import ThreadingMixIn
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    class Threaded(ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+
+    host = make_server(
+        "127.0.0.1", 0, sampler.make_wsgi_app(), server_class=Threaded, handler_class=Quiet
+    )
+    serving = threading.Thread(target=host.serve_forever, kwargs={"poll_interval": 0.05})
+    serving.start()
+    url = f"http://127.0.0.1:{host.server_address[1]}"
     results = []
 
     def fetch():
         try:
-            get(running.url + "/stacks?seconds=1", timeout=20)
+            get(url + "/stacks?seconds=1", timeout=20)
             results.append(200)
         except HTTPStatusError as exc:
             results.append(exc.code)
 
-    threads = [threading.Thread(target=fetch) for _ in range(12)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert results.count(200) == 8 and results.count(503) == 4
+    try:
+        threads = [threading.Thread(target=fetch) for _ in range(6)]
+        for t in threads:
+            t.start()
+        time.sleep(0.3)
+        assert get_json(url + "/info", timeout=5)["status"] == "ok"
+        for t in threads:
+            t.join()
+        assert results.count(200) == 4 and results.count(503) == 2
+    finally:
+        host.shutdown()
+        host.server_close()
+        serving.join()
 
 
 def test_token_is_required_when_set():
@@ -174,6 +199,80 @@ def test_binding_beyond_loopback_requires_a_token():
     with pytest.raises(sampler.ConfigError, match="token"):
         sampler.start(port=0, host="0.0.0.0")
     assert sampler.running() is None
+
+
+@pytest.mark.parametrize(
+    "token, message",
+    [(" ", "blank"), ("\t\n", "blank"), ("s3cret\n", "whitespace"), ("s3\x01cret", "control")],
+)
+def test_a_token_no_header_can_carry_is_a_config_error_naming_the_setting(
+    token, message, monkeypatch
+):
+    with pytest.raises(sampler.ConfigError, match=f"argument token: .*{message}"):
+        sampler.start(port=0, host="0.0.0.0", token=token)
+    monkeypatch.setenv("FLEETFLAME_TOKEN", token)
+    with pytest.raises(sampler.ConfigError, match=f"FLEETFLAME_TOKEN: .*{message}"):
+        sampler.start(port=0, host="0.0.0.0")
+    assert sampler.running() is None
+
+
+def test_dump_lists_every_thread_but_the_samplers_own(running):
+    stop = threading.Event()
+
+    def busy_dumped():
+        while not stop.is_set():
+            spin(0.01)
+
+    def waiting_dumped():
+        stop.wait()
+
+    threads = [
+        threading.Thread(target=busy_dumped, name='busy\nThread 1 "fake"'),
+        threading.Thread(target=waiting_dumped, name="waiter", daemon=True),
+    ]
+    for t in threads:
+        t.start()
+    try:
+        text = get(running.url + "/dump").decode()
+        doc = get_json(running.url + "/dump?format=json")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert text.startswith("Process ")
+    assert "fleetflame-" not in text  # the endpoint's and the driver's threads are left out
+    headers = [line for line in text.splitlines() if line.startswith("Thread ")]
+    assert len(headers) == len(doc["threads"])  # a hostile name injected no line
+    assert {"MainThread", "waiter", 'busy\nThread 1 "fake"'} <= {t["name"] for t in doc["threads"]}
+    busy = next(h for h in headers if "busy%0AThread 1 %22fake%22" in h)
+    assert busy.endswith(", active)") and "daemon" not in busy
+    waiter = next(h for h in headers if '"waiter"' in h)
+    assert waiter.endswith("daemon, idle)")
+    assert "test_endpoint:test_dump_lists_every_thread_but_the_samplers_own" in text
+    block = text.split('"waiter"')[1].split("\n\n")[0].splitlines()
+    assert block[1].startswith("    threading:Event.wait (") or block[1].startswith(
+        "    threading:Condition.wait ("
+    )
+    assert block[-1].startswith("    threading:Thread._bootstrap (")
+    assert doc["format"] == "fleetflame.dump/1"
+    by_name = {t["name"]: t for t in doc["threads"]}
+    assert by_name["waiter"]["daemon"] is True and by_name["waiter"]["state"] == "idle"
+    assert by_name['busy\nThread 1 "fake"']["state"] == "active"
+    leaf = by_name["waiter"]["frames"][-1]
+    assert leaf["name"] == "threading:Thread._bootstrap" and leaf["line"] > 0
+
+
+def test_dump_refuses_unknown_formats(running):
+    with pytest.raises(HTTPStatusError) as caught:
+        get(running.url + "/dump?format=xml")
+    assert caught.value.code == 400 and "format must be text or json" in caught.value.body
+
+
+def test_unknown_path_lists_every_endpoint(running):
+    with pytest.raises(HTTPStatusError) as caught:
+        get(running.url + "/nope")
+    for route in ("/stacks", "/flamegraph.svg", "/profile.json", "/info", "/dump"):
+        assert route in caught.value.body
 
 
 def test_port_range_skips_busy_ports():
@@ -207,7 +306,7 @@ def test_hostile_frame_names_are_escaped_everywhere(running):
         time.sleep(0.3)
 
     evil.__code__ = evil.__code__.replace(
-        co_qualname="evil;name\nwith <img src=x onerror=alert(1)>"
+        co_qualname="evil;name\nwith <img src=x onerror=alert(1)>\u202egnp.exe"
     )
     t = threading.Thread(target=evil, name="evil")
     t.start()
@@ -218,11 +317,15 @@ def test_hostile_frame_names_are_escaped_everywhere(running):
         assert count.isdigit()
     folded = parse_folded(text)
     frames = {unescape_frame(f) for stack in folded for f in stack.split(";")}
-    assert any(f.endswith("evil;name\nwith <img src=x onerror=alert(1)>") for f in frames)
+    assert any(
+        f.endswith("evil;name\nwith <img src=x onerror=alert(1)>\u202egnp.exe") for f in frames
+    )
     svg = get(running.url + "/flamegraph.svg").decode()
     root = ET.fromstring(svg)  # still well-formed XML
     assert not root.findall(".//{http://www.w3.org/2000/svg}img")
     assert "&lt;img src=x" in svg
+    # A right-to-left override would show "exe.png": it is written out instead.
+    assert "\u202e" not in svg and "[U+202E]gnp.exe" in svg
 
 
 def test_profile_json_stacks_parse_as_folded(running):

@@ -8,17 +8,18 @@ import sys
 import time
 
 import pytest
-from samplerhelpers import WORKLOADS, env, free_port, get, get_json, wait_for
+from samplerhelpers import ENGINES, WORKLOADS, env, free_port, get, get_json, wait_for
 
 
 def frames_of(doc):
     return {f.rsplit(":", 1)[-1] for _, stack, _ in doc["stacks"] for f in stack.split(";")}
 
 
-def test_fork_child_has_fresh_identity_counts_and_endpoint():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_fork_child_has_fresh_identity_counts_and_endpoint(engine):
     port = free_port()
     out = subprocess.run(
-        [sys.executable, str(WORKLOADS / "forker.py"), f"{port}-{port + 10}"],
+        [sys.executable, str(WORKLOADS / "forker.py"), f"{port}-{port + 10}", engine],
         capture_output=True,
         text=True,
         timeout=60,
@@ -33,7 +34,7 @@ def test_fork_child_has_fresh_identity_counts_and_endpoint():
     assert "spin_parent" in frames_of(parent) and "spin_child" not in frames_of(parent)
 
 
-def gunicorn_fleet(tmp_path, *args):
+def gunicorn_fleet(tmp_path, engine, *args):
     port, sampler_port = free_port(), free_port()
     with open(tmp_path / "gunicorn.log", "w") as log:
         process = subprocess.Popen(
@@ -49,7 +50,9 @@ def gunicorn_fleet(tmp_path, *args):
                 "wsgi_app:app",
             ],
             env=env(
-                FLEETFLAME_PORT=f"{sampler_port}-{sampler_port + 8}", FLEETFLAME_SERVICE="gtest"
+                FLEETFLAME_PORT=f"{sampler_port}-{sampler_port + 8}",
+                FLEETFLAME_SERVICE="gtest",
+                FLEETFLAME_ENGINE=engine,
             ),
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -101,27 +104,39 @@ def in_request(doc):
     return sum(c for _, s, c in doc["stacks"] if "Worker.handle_request;" in s)
 
 
+SYNC_PRELOAD = ("--preload", "-w", "2")
+GTHREAD_PRELOAD = ("--preload", "-w", "2", "-k", "gthread", "--threads", "4")
+GTHREAD = ("-w", "2", "-k", "gthread", "--threads", "4")
+NATIVE = ENGINES[0]
+
+
+# Each engine with a preloaded app (the sampler started in the master, then forked) under both
+# worker classes; the native engine also started in each worker (no preload). Four of the six
+# combinations: the python engine without preload adds nothing the others do not test.
 @pytest.mark.parametrize(
-    "worker_args",
+    "engine, worker_args",
     [
-        ("--preload", "-w", "2"),
-        ("--preload", "-w", "2", "-k", "gthread", "--threads", "4"),
-        ("-w", "2", "-k", "gthread", "--threads", "4"),
+        pytest.param(*NATIVE.values, SYNC_PRELOAD, marks=NATIVE.marks, id="native-sync-preload"),
+        pytest.param(*NATIVE.values, GTHREAD, marks=NATIVE.marks, id="native-gthread"),
+        pytest.param("python", SYNC_PRELOAD, id="python-sync-preload"),
+        pytest.param("python", GTHREAD_PRELOAD, id="python-gthread-preload"),
     ],
-    ids=["sync-preload", "gthread-preload", "gthread"],
 )
-def test_gunicorn_workers_each_serve_their_own_profile(tmp_path, worker_args):
-    process, port, sampler_port = gunicorn_fleet(tmp_path, *worker_args)
+def test_gunicorn_workers_each_serve_their_own_profile(tmp_path, worker_args, engine):
+    process, port, sampler_port = gunicorn_fleet(tmp_path, engine, *worker_args)
     try:
         wait_for(f"http://127.0.0.1:{port}/", timeout=60)
         deadline = time.monotonic() + 60
         while len(endpoints(sampler_port)) < (3 if "--preload" in worker_args else 2):
             assert time.monotonic() < deadline, (tmp_path / "gunicorn.log").read_text()
             time.sleep(0.2)
-        # Warm up: the auto driver needs a second or more to see that a gthread worker's main
-        # thread does not run signal handlers in time, and moves to the thread driver (samples
-        # taken late before that are not where the CPU went). Then measure for 4 s.
-        driver = "thread" if "gthread" in worker_args else "signal"
+        # Warm up: the python engine's auto driver needs a second or more to see that a gthread
+        # worker's main thread does not run signal handlers in time, and moves to the thread
+        # driver (samples taken late before that are not where the CPU went). Then measure 4 s.
+        if engine == "native":
+            driver = "thread-cpu-timers"
+        else:
+            driver = "thread" if "gthread" in worker_args else "signal"
         deadline = time.monotonic() + 30
         while True:
             served, _ = load(port, 1.0)
@@ -138,14 +153,14 @@ def test_gunicorn_workers_each_serve_their_own_profile(tmp_path, worker_args):
         leaf = sum(in_handler(after[p]) - in_handler(before.get(p)) for p in worker_pids)
         tree = sum(in_request(after[p]) - in_request(before.get(p)) for p in worker_pids)
         total = sum(in_all(after[p]) - in_all(before.get(p)) for p in worker_pids)
-        # Each request spends 20 ms of CPU (2 samples at 10 ms) in handle_request. The signal
-        # driver counts all of it, in the request's call tree. The thread driver gets the GIL
-        # when the request thread releases it, and charges the CPU since its last tick where it
-        # finds the thread: in the response's write, and under gunicorn >= 27's gthread worker
-        # in the dispatch frames after the request; on a busy host its late ticks lose some
-        # (seen: a third, in one worker of two). docs/sampler.md, Limits.
+        # Each request spends 20 ms of CPU (2 samples at 10 ms) in handle_request. The native
+        # engine and the signal driver count all of it, in the request's call tree. The thread
+        # driver gets the GIL when the request thread releases it, and charges the CPU since its
+        # last tick where it finds the thread: in the response's write, and under gunicorn >=
+        # 27's gthread worker in the dispatch frames after the request; on a busy host its late
+        # ticks lose some (seen: a third, in one worker of two). docs/sampler.md, Limits.
         expected = requests * 2
-        if "gthread" in worker_args:
+        if "gthread" in worker_args and engine == "python":
             assert 0.6 * expected <= total <= 1.2 * expected
             assert tree >= 0.4 * expected and leaf >= 0.3 * expected
         else:

@@ -31,6 +31,8 @@ def fleet_url(request, tmp_path_factory) -> Iterator[str]:
         admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
         with admin.connect() as conn:
             conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+            # Test data need no durability (see tests/conftest.py's pg_url).
+            conn.execute(sa.text(f'ALTER DATABASE "{name}" SET synchronous_commit = off'))
         url = PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
     try:
         store = Store(url)

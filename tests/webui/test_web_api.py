@@ -9,7 +9,7 @@ import pytest
 from test_web_exports import decode_pprof
 from webhelpers import T0, XSS, expected, fleet_rows
 
-from collector.store import Store
+from collector.store import SampleRow, Store
 from sampler.profile import parse_folded
 
 HOUR = f"from={T0}&to={T0 + 3600}"
@@ -70,13 +70,17 @@ def test_exports(client):
     speedscope = client.get(f"/api/speedscope?{HOUR}&service=worker")
     assert "attachment" in speedscope.headers["Content-Disposition"]
     doc = json.loads(speedscope.data)
-    assert doc["profiles"][0]["weights"] == [5 * 60]
+    assert doc["profiles"][0]["weights"] == [5 * 60 * 0.01]  # seconds at 100 Hz
     pprof = client.get(f"/api/export?format=pprof&{HOUR}")
     assert pprof.headers["Content-Disposition"].endswith('.pb.gz"')
     decoded = decode_pprof(pprof.data)
     assert sum(decoded["stacks"].values()) == sum(expected().values())
     assert gzip.decompress(pprof.data)  # gzipped
-    assert client.get(f"/api/export?{HOUR}").get_data(as_text=True) == folded.get_data(as_text=True)
+    exported = client.get(f"/api/export?{HOUR}")
+    assert exported.get_data(as_text=True) == folded.get_data(as_text=True)
+    # The page's export link is a download; /api/folded stays inline for curl | flamegraph.pl.
+    assert exported.headers["Content-Disposition"].endswith('.folded"')
+    assert "Content-Disposition" not in folded.headers
 
 
 def test_diff_of_two_label_values(client):
@@ -222,3 +226,69 @@ def test_the_ui_never_writes(db_url):
     store.write(fleet_rows(minutes=1, start=T0 + 3600))  # the collector still can
     store.close()
     app.extensions["fleetflame_db"].close()
+
+
+def test_the_sampling_interval_carries_through_every_unit(db_url):
+    """A worker sampled at 50 Hz: counts stay counts, every time is counted at 20 ms."""
+    from webui import create_app
+
+    store = Store(db_url)
+    store.migrate()
+    slow = [
+        SampleRow(r.bucket, r.mode, r.service, r.host, r.instance, r.labels, r.stack, r.count, 0.02)
+        for r in fleet_rows()
+        if r.host == "job-1"
+    ]
+    store.write(slow)
+    store.close()
+    app = create_app({"DATABASE_URL": db_url})
+    client = app.test_client()
+    samples = 5 * 60  # jobs:resize, 5 a minute for an hour
+    graph = client.get(f"/api/flamegraph?{HOUR}").get_json()
+    assert graph["total"] == samples and graph["interval"] == 0.02
+    assert graph["seconds"] == pytest.approx(samples * 0.02)
+    top = client.get(f"/api/top?{HOUR}").get_json()["functions"][0]
+    assert top["self"] == samples and top["self_seconds"] == pytest.approx(samples * 0.02)
+    folded = client.get(f"/api/folded?{HOUR}").get_data(as_text=True)
+    assert parse_folded(folded) == expected(service="worker")  # counts, not seconds
+    pprof = decode_pprof(client.get(f"/api/pprof?{HOUR}").data)
+    assert pprof["period"] == 20_000_000
+    assert pprof["values"] == [[samples, samples * 20_000_000]]
+    speedscope = json.loads(client.get(f"/api/speedscope?{HOUR}").data)["profiles"][0]
+    assert speedscope["weights"] == [pytest.approx(samples * 0.02)]
+    app.extensions["fleetflame_db"].close()
+
+
+def test_a_window_mixing_intervals_counts_at_the_finest(db_url):
+    from webui import create_app
+
+    store = Store(db_url)
+    store.migrate()
+    rows = [r for r in fleet_rows(minutes=1) if r.host == "job-1"]
+    store.write(rows)  # 100 Hz: 5 samples of jobs:resize
+    fast = rows[0]
+    store.write([SampleRow(T0, "cpu", "worker", "job-2", "j2", fast.labels, fast.stack, 4, 0.05)])
+    store.close()
+    app = create_app({"DATABASE_URL": db_url})
+    client = app.test_client()
+    window = f"from={T0}&to={T0 + 60}"
+    graph = client.get(f"/api/flamegraph?{window}").get_json()
+    # 4 samples of 50 ms are 20 of 10 ms.
+    assert graph["interval"] == 0.01 and graph["total"] == 5 + 20
+    diff = client.get(f"/api/diff?{window}&a_host=job-1&b_host=job-2").get_json()
+    assert (diff["total_a"], diff["total_b"], diff["interval"]) == (5, 20, 0.01)
+    timeline = client.get(f"/api/timeline?{window}").get_json()
+    assert timeline["total"] == 25
+    app.extensions["fleetflame_db"].close()
+
+
+def test_the_timeline_split_by_a_label_has_a_line_per_value(client):
+    body = client.get(f"/api/timeline?{HOUR}&split=version").get_json()
+    values = {s["value"]: s for s in body["series"]}
+    assert set(values) == {"1.4.1", "1.4.2"}
+    assert sum(s["total"] for s in body["series"]) == body["total"]
+    for series in body["series"]:
+        assert len(series["points"]) == len(body["points"])
+    hosts = client.get(f"/api/timeline?{HOUR}&split=host").get_json()["series"]
+    assert {s["value"] for s in hosts} == {"web-1", "web-2", "job-1"}
+    assert client.get(f"/api/timeline?{HOUR}&split={'k' * 300}").status_code == 400

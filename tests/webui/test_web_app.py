@@ -230,8 +230,8 @@ def check_caches(database, now):
     from webui.params import Selection
 
     reads = []
-    real = database.query.profile_ids
-    database.query.profile_ids = lambda *a, **k: reads.append(a) or real(*a, **k)
+    real = database.query.stack_counts
+    database.query.stack_counts = lambda *a, **k: reads.append(a) or real(*a, **k)
     hour = Selection(T0, T0 + 3600)
     database.profile(hour)
     database.profile(hour)

@@ -131,12 +131,15 @@ def test_speedscope_document():
     names = [frame["name"] for frame in doc["shared"]["frames"]]
     assert len(names) == len(set(names))  # a shared, deduplicated frames table
     rebuilt = {
-        "\n".join(names[i] for i in sample): weight
+        "\n".join(names[i] for i in sample): round(weight / INFO.interval)
         for sample, weight in zip(profile["samples"], profile["weights"], strict=True)
     }
     assert rebuilt == expected_stacks()
-    assert profile["endValue"] == sum(PROFILE.values())
+    assert profile["unit"] == "seconds"  # weights are the time the samples stand for
+    assert profile["endValue"] == pytest.approx(sum(PROFILE.values()) * INFO.interval)
     assert "m:semi;colon" in names
+    slow = json.loads(EXPORTS["speedscope"].render({"a;b": 3}, ExportInfo(0, 60, interval=0.02)))
+    assert slow["profiles"][0]["weights"] == [0.06] and "1 sample = 20 ms" in slow["name"]
 
 
 def test_pprof_decoded_by_an_independent_reader():

@@ -281,3 +281,12 @@ def per_stack(names: dict[int, str]) -> int:
     longest = max(names, key=lambda sid: len(names[sid]))
     index.arrange([{longest: 1}])
     return index._bytes
+
+
+def test_an_empty_window_first_of_all_is_an_empty_tree():
+    # A fresh server's first request for a window without samples: the index knows no stack,
+    # and its remembered node boundaries must belong to its (empty) keys.
+    index = StackIndex(Names({}))
+    tree = flame_tree_sorted(index.arrange([{}]))
+    assert tree.to_dict()["total"] == 0
+    assert diff_tree_sorted(index.arrange([{}, {}])).to_dict()["tree"]["children"] == []

@@ -34,8 +34,14 @@ def test_the_stacks_of_the_last_hours_are_known_before_the_first_view(fleet_url)
         assert database.warmer is not None and database.warmer.wait(30)
         assert database.warmer.learned == len(database.index) == DISTINCT
         reads = reads_of(database)
-        tree = database.sorted_stacks(Selection(T0, T0 + 3600))
+        tree, _interval = database.sorted_stacks(Selection(T0, T0 + 3600))
         assert len(tree.keys) == DISTINCT and reads == []
+        # The function index too: the first table reads no stack text either.
+        assert database.warmer.functions_learned == len(database.functions) == DISTINCT
+        functions = database.functions
+        functions.read_lines = lambda ids: reads.append(ids) or ([], "")  # type: ignore[method-assign]
+        samples, _interval = database.function_samples(Selection(T0, T0 + 3600), limit=3)
+        assert reads == [] and sum(samples.self_counts.values()) == samples.total > 0
     finally:
         database.close()
     assert not any(t.name == THREAD_NAME for t in threading.enumerate())
@@ -134,3 +140,31 @@ def test_fleetflame_web_opens_the_database_at_start(fleet_url, monkeypatch):
         assert database.warmer is not None and database.warmer.wait(30)
     finally:
         database.close()
+
+
+def test_functions_are_numbered_while_no_request_is_served(fleet_url):
+    database = Database(fleet_url, warm_hours=2, clock=lambda: T0 + 5400)
+    try:
+        database.serving(+1)  # a request in flight from the start
+        database.open()
+        warmer = database.warmer
+        assert warmer is not None
+        deadline = time.monotonic() + 30
+        while warmer.learned < DISTINCT and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert warmer.learned == DISTINCT  # the stack index warms meanwhile
+        assert not warmer.wait(0.3) and warmer.functions_learned == 0
+        database.serving(-1)
+        assert warmer.wait(30) and warmer.functions_learned == DISTINCT
+    finally:
+        database.close()
+
+
+def test_requests_in_flight_are_counted(make_app, fleet_url):
+    app = make_app({"DATABASE_URL": fleet_url, "WARM_HOURS": 0})
+    database = app.extensions["fleetflame_db"]
+    client = app.test_client()
+    assert client.get(f"/api/top?from={T0}&to={T0 + 60}").status_code == 200
+    assert client.get("/api/top?from=never").status_code == 400
+    assert client.get("/api/nothing").status_code == 404
+    assert database.idle()

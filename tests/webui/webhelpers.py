@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from collector.store import SampleRow
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from collector.store import SampleRow, Store
 
 T0 = 1_700_000_000 // 86400 * 86400  # a UTC midnight: every tier boundary falls on it
-XSS = "<img src=x onerror=alert(1)>"
+# Markup, and a right-to-left override that would show "gnp.exe" as "exe.png".
+XSS = "<img src=x onerror=alert(1)>\u202egnp.exe"
 
 # (service, host, version) -> {stack: count per minute}
 FLEET = {
@@ -55,3 +60,116 @@ def expected(minutes: int = MINUTES, **match: str) -> dict[str, int]:
         for stack, count in stacks.items():
             out[stack] = out.get(stack, 0) + count * minutes
     return out
+
+
+def record_finding(url: str, function: str, b_from: int, b_to: int, **fields: object) -> None:
+    """Writes one finding of the collector's scheduled comparison into the store at ``url``,
+    as the findings job records it (its B window [b_from, b_to), side A the hour before)."""
+    import sqlalchemy as sa
+
+    from collector.store import schema
+
+    row = {
+        "id": abs(hash((function, b_from))) % 2**62, "found_at": float(b_to),
+        "service": "api", "function": function, "kind": "self", "a_share": 10.0,
+        "b_share": 13.0, "change": 3.0, "ci_low": 2.5, "ci_high": 3.5, "q": 0.001,
+        "compared": "version 1.4.1 -> 1.4.2", "a_from": b_from - 3600, "a_to": b_from,
+        "b_from": b_from, "b_to": b_to, "a_label": "version:1.4.1", "b_label": "version:1.4.2",
+        "link": "/compare", "sent": 0, **fields,
+    }  # fmt: skip
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(schema.findings.insert(), [row])
+    engine.dispose()
+
+
+@contextmanager
+def client_over(
+    path: Any, rows: Iterable[SampleRow], then: Callable[[str], None] = lambda url: None
+) -> Iterator[Any]:
+    """A test client of the web app over a new SQLite file at ``path`` holding ``rows``
+    (``then`` is called with the database URL before the app starts, to add more)."""
+    from webui import create_app
+
+    url = f"sqlite:///{path}"
+    store = Store(url)
+    store.migrate()
+    store.write(rows)
+    store.close()
+    then(url)
+    app = create_app({"DATABASE_URL": url})
+    try:
+        yield app.test_client()
+    finally:
+        app.extensions["fleetflame_db"].close()
+
+
+def record_stalls(url: str, stalls: Iterable[tuple[float, float]]) -> None:
+    """Writes stall events (start, duration in seconds) of an event loop of service api into
+    the store at ``url``, as the collector's worst-cases job stores them."""
+    import json
+
+    import sqlalchemy as sa
+
+    from collector.store import schema
+
+    stacks = json.dumps({"wall": {"main;app:handle;time:sleep": 1.0}, "cpu": {}})
+    rows = [
+        {
+            "id": i + 1,
+            "start": start,
+            "duration": duration,
+            "service": "api",
+            "host": "web-1",
+            "instance": "web-1-i",
+            "kind": "event-loop",
+            "thread": "MainThread",
+            "what": "a step of task main",
+            "stacks": stacks,
+        }  # fmt: skip
+        for i, (start, duration) in enumerate(stalls)
+    ]
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(schema.stall_events.insert(), rows)
+    engine.dispose()
+
+
+def record_slow_requests(
+    url: str, route: str, stacks: dict[str, float], buckets: list[int]
+) -> None:
+    """Writes a route's request figures (100 requests a bucket, one of them slow, with the
+    stacks given) for each of ``buckets`` into the store at ``url``, as the worst-cases job
+    stores them."""
+    import json
+
+    import sqlalchemy as sa
+
+    from collector.store import schema
+    from collector.worst import SKETCHES
+    from sampler._sketch import Sketch
+
+    latency = Sketch()
+    for ms in range(1, 101):  # 100 requests of 1 to 100 ms
+        latency.add(ms / 1000)
+    documents = {name: (latency if name == "latency" else Sketch()).document() for name in SKETCHES}
+    sketches = json.dumps(documents)
+    slow = json.dumps({"count": 1, "stacks": stacks, "slowest": []})
+    rows = [
+        {
+            "bucket": bucket,
+            "instance": "i",
+            "route": route,
+            "service": "shop",
+            "host": "h",
+            "count": 100,
+            "errors": 0,
+            "sketches": sketches,
+            "slow": slow,
+        }
+        for bucket in buckets
+    ]
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(schema.request_buckets.insert(), rows)
+    engine.dispose()

@@ -9,10 +9,9 @@ sampler's ``lineno=True``) keeps its line number on the location.
 from __future__ import annotations
 
 import gzip
-import re
 from collections.abc import Mapping
 
-from sampler.profile import unescape_frame
+from sampler.profile import split_frames, split_line_number, unescape_frame
 from webui.exports.base import Export, ExportInfo
 from webui.exports.protobuf import Message, varint
 
@@ -34,8 +33,6 @@ _SAMPLE_LOCATION_ID, _SAMPLE_VALUE = 1, 2
 _LOCATION_ID, _LOCATION_LINE = 1, 4
 _LINE_FUNCTION_ID, _LINE_LINE = 1, 2
 _FUNCTION_ID, _FUNCTION_NAME, _FUNCTION_SYSTEM_NAME, _FUNCTION_FILENAME = 1, 2, 3, 4
-
-_LINENO = re.compile(r"(.+:.+):(\d+)")
 
 
 class _Strings:
@@ -75,10 +72,10 @@ def render_pprof(counts: Mapping[str, int], info: ExportInfo) -> bytes:
         if count <= 0 or not stack:
             continue
         ids = []
-        for frame in stack.split(";"):
+        for frame in split_frames(stack):
             location = locations.get(frame)
             if location is None:
-                name, line = _split_line(unescape_frame(frame))
+                name, line = split_line_number(unescape_frame(frame))
                 function = functions.get(name)
                 if function is None:
                     function = functions[name] = len(functions) + 1
@@ -117,13 +114,6 @@ def render_pprof(counts: Mapping[str, int], info: ExportInfo) -> bytes:
     for text in strings.table:
         profile.string(_PROFILE_STRING_TABLE, text)
     return gzip.compress(bytes(profile), compresslevel=6, mtime=0)
-
-
-def _split_line(frame: str) -> tuple[str, int]:
-    match = _LINENO.fullmatch(frame)
-    if match is None:
-        return frame, 0
-    return match.group(1), int(match.group(2))
 
 
 PPROF = Export("pprof", "application/octet-stream", "pb.gz", render_pprof)

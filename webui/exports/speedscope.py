@@ -1,6 +1,7 @@
 """speedscope's JSON file format: one "sampled" profile over a shared frames table.
 
-See https://www.speedscope.app/file-format-schema.json.
+See https://www.speedscope.app/file-format-schema.json. Weights are the seconds each stack's
+samples stand for (its count times the profile's interval), so speedscope shows times.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from sampler.profile import unescape_frame
+from sampler.profile import split_frames, unescape_frame
 from webui.exports.base import Export, ExportInfo
 
 __all__ = ["SPEEDSCOPE", "render_speedscope", "speedscope_document"]
@@ -22,19 +23,21 @@ def speedscope_document(counts: Mapping[str, int], info: ExportInfo) -> dict[str
     index: dict[str, int] = {}
     frames: list[dict[str, str]] = []
     samples: list[list[int]] = []
-    weights: list[int] = []
+    weights: list[float] = []
+    total = 0
     for stack, count in sorted(counts.items()):
         if count <= 0 or not stack:
             continue
+        total += count
         sample = []
-        for frame in stack.split(";"):
+        for frame in split_frames(stack):
             i = index.get(frame)
             if i is None:
                 i = index[frame] = len(frames)
                 frames.append({"name": unescape_frame(frame)})
             sample.append(i)
         samples.append(sample)
-        weights.append(count)
+        weights.append(_seconds(count, info.interval))
     name = f"{info.title} ({info.mode}, 1 sample = {info.interval * 1000:g} ms)"
     return {
         "$schema": SCHEMA,
@@ -46,14 +49,18 @@ def speedscope_document(counts: Mapping[str, int], info: ExportInfo) -> dict[str
             {
                 "type": "sampled",
                 "name": name,
-                "unit": "none",
+                "unit": "seconds",
                 "startValue": 0,
-                "endValue": sum(weights),
+                "endValue": _seconds(total, info.interval),
                 "samples": samples,
                 "weights": weights,
             }
         ],
     }
+
+
+def _seconds(count: int, interval: float) -> float:
+    return round(count * interval, 9)  # to the nanosecond: no 0.30000000000000004
 
 
 def render_speedscope(counts: Mapping[str, int], info: ExportInfo) -> bytes:

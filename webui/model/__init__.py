@@ -1,10 +1,13 @@
-"""The web UI's pure model: pruned and differential trees, function tables, time parsing.
+"""The web UI's pure model: pruned and differential trees, function tables, and the time
+parsing of the profile core (sampler.profile), re-exported.
 
 Nothing here does I/O or reads a clock: callers pass the data, the current time, and the
 function that reads stack names (StackIndex) in.
 """
 
 from __future__ import annotations
+
+from sampler.profile import choose_step, fill_timeline, parse_duration, parse_time
 
 from .flametree import (
     PRUNED,
@@ -18,7 +21,6 @@ from .flametree import (
 )
 from .functions import FunctionChange, FunctionSamples, rank_changes, top_functions
 from .stackindex import StackIndex
-from .timewindow import choose_step, fill_timeline, parse_duration, parse_time
 
 __all__ = [
     "PRUNED",

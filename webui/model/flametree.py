@@ -1,28 +1,36 @@
-"""Call trees for display, built straight from folded counts and pruned to a bounded size.
+"""The flame and differential trees the browser draws: the core's pruned call trees
+(sampler.profile.prune), rendered as d3-flame-graph's nested dicts with names unescaped.
 
-A browser cannot draw a million frames, and building a full call tree of 200,000 distinct
-stacks in Python takes seconds. So the tree is never built whole: the stacks are sorted with
-a separator that sorts below every character a frame may contain, which makes every call-tree
-node a contiguous range of the sorted list, and cumulative counts give any node's total with
-two lookups. A best-first walk then keeps the heaviest nodes up to ``max_nodes`` and folds the
-rest of each parent's children into one ``[pruned]`` node. The work depends on the number of
-nodes kept, not on the number of stacks below them.
+The core builds a pruned tree straight from sorted stacks, so the work depends on the nodes
+kept, not on the 200,000 stacks below them (see sampler/profile/pruning.py). With the
+profile's sampling interval the trees also say how many seconds their samples stand for.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
-from array import array
-from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sampler.profile import unescape_frame
+from sampler.profile import (
+    PRUNED,
+    SORT_SEPARATOR,
+    Bounds,
+    Node,
+    Profile,
+    SortedStacks,
+    folded_of,
+    prune,
+    sort_key,
+    sort_keys,
+    sort_keys_of_lines,
+    sort_stacks,
+    unescape_frame,
+)
 
 __all__ = [
     "PRUNED",
+    "SEPARATOR",
     "Bounds",
     "DiffTree",
     "FlameTree",
@@ -38,30 +46,27 @@ __all__ = [
     "sort_stacks",
 ]
 
-PRUNED = "[pruned]"
-
-# Frames never contain control characters (the wire format escapes them), so these two sort
-# below every character that can follow a frame name.
-_SEP = SEPARATOR = "\x01"
-_END = "\x02"
-
-Node = dict[str, Any]
+SEPARATOR = SORT_SEPARATOR
+Rendered = dict[str, Any]
 
 
 @dataclass
 class FlameTree:
     """A pruned call tree in d3-flame-graph's shape, with what was pruned."""
 
-    root: Node
+    root: Rendered
     total: int
     nodes: int
     pruned_nodes: int
     pruned_samples: int
+    interval: float | None = None  # seconds one sample stands for, when known
 
     def to_dict(self) -> dict[str, Any]:
         """Renders the tree and its bookkeeping as one JSON-ready dict."""
+        seconds = {} if self.interval is None else _seconds(self.interval, total=self.total)
         return {
             "total": self.total,
+            **seconds,
             "nodes": self.nodes,
             "pruned_nodes": self.pruned_nodes,
             "pruned_samples": self.pruned_samples,
@@ -73,305 +78,53 @@ class FlameTree:
 class DiffTree:
     """A pruned differential tree: each node has its share of A, its share of B, and the delta."""
 
-    root: Node
+    root: Rendered
     total_a: int
     total_b: int
     nodes: int
     pruned_nodes: int
+    interval: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Renders the tree and its bookkeeping as one JSON-ready dict."""
+        seconds = (
+            {}
+            if self.interval is None
+            else _seconds(self.interval, total_a=self.total_a, total_b=self.total_b)
+        )
         return {
             "total_a": self.total_a,
             "total_b": self.total_b,
+            **seconds,
             "nodes": self.nodes,
             "pruned_nodes": self.pruned_nodes,
             "tree": self.root,
         }
 
 
-class Bounds:
-    """Where call-tree nodes begin and end in one list of sorted keys, found by bisection and
-    remembered: they do not depend on the counts, so trees built over the same keys (a
-    StackIndex's, for every window it arranges) find each one once. Thread-safe; at most
-    ``limit`` remembered, then it starts over."""
-
-    def __init__(self, keys: list[str], limit: int = 500_000) -> None:
-        self.keys = keys
-        self.limit = limit
-        # What node_at and node_start found, by their first two arguments: may be read
-        # directly (saving a call); replaced, never cleared in place.
-        self.ends: dict[tuple[int, int], tuple[int, int]] = {}
-        self.starts: dict[tuple[int, int], int] = {}
-
-    def node_at(self, i: int, start: int, hi: int) -> tuple[int, int]:
-        """Returns where the name of the node that key ``i`` starts ends in the key (its
-        frames begin at ``start``), and the key after the node's last; ``hi`` bounds it."""
-        found = self.ends.get((i, start))
-        if found is None:
-            key = self.keys[i]
-            stop = key.find(_SEP, start)
-            if stop < 0:
-                stop = len(key)
-            found = (stop, bisect_left(self.keys, key[:stop] + _END, i + 1, hi))
-            self._make_room()
-            self.ends[(i, start)] = found
-        return found
-
-    def node_start(self, j: int, start: int, lo: int) -> int:
-        """Returns the first key of the node holding key ``j`` whose name begins at ``start``
-        (at or after ``lo``, a node boundary)."""
-        found = self.starts.get((j, start))
-        if found is None:
-            key = self.keys[j]
-            stop = key.find(_SEP, start)
-            found = bisect_left(self.keys, key[:stop] if stop >= 0 else key, lo, j + 1)
-            self._make_room()
-            self.starts[(j, start)] = found
-        return found
-
-    def _make_room(self) -> None:
-        if len(self.ends) + len(self.starts) >= self.limit:
-            # Replaced, not cleared: other threads may be reading them.
-            self.ends, self.starts = {}, {}
+def _seconds(interval: float, **totals: int) -> dict[str, float]:
+    """The interval, and each total in seconds (``total_a`` gives ``seconds_a``)."""
+    out = {"interval": interval}
+    for name, total in totals.items():
+        out[name.replace("total", "seconds")] = total * interval
+    return out
 
 
-@dataclass
-class SortedStacks:
-    """Stacks as sort keys (see sort_key), in order, with each profile's counts aligned.
-
-    Sorted so, every call-tree node is one contiguous range of keys. Built from folded counts
-    by sort_stacks(), or by a webui StackIndex that keeps the order between requests; keys
-    may include stacks without samples (an index's order holds every stack it knows), and
-    ``bounds`` the node boundaries remembered for these keys, if any.
-    """
-
-    keys: list[str]
-    values: list[list[int]]
-    bounds: Bounds | None = None
-
-
-def sort_key(stack: str) -> str:
-    """Returns the key a folded stack sorts by: frames joined by a separator that sorts
-    below every character a frame name may hold (control characters are escaped)."""
-    if _SEP in stack or _END in stack or "\n" in stack:
-        stack = _sanitize(stack)
-    return stack.replace(";", _SEP)
-
-
-def sort_keys(stacks: list[str]) -> list[str]:
-    """Returns the sort key of each stack (see sort_key), in one pass over all of them."""
-    # One join, replace and split over all stacks: much faster than one replace each.
-    joined = "\n".join(stacks)
-    keys = joined.replace(";", _SEP).split("\n") if stacks else []
-    if len(keys) != len(stacks) or _SEP in joined or _END in joined:
-        # Not valid folded text (control characters in a frame); keep it drawable anyway.
-        keys = list(map(sort_key, stacks))
-    return keys
-
-
-def sort_keys_of_lines(lines: str, count: int) -> list[str]:
-    """Returns the sort keys of ``count`` folded stacks given one per line (see sort_key)."""
-    if _SEP in lines or _END in lines:
-        lines = lines.replace(_SEP, "%01").replace(_END, "%02")  # as sort_key does
-    keys = lines.replace(";", _SEP).split("\n") if count else []
-    if len(keys) != count:
-        raise ValueError(f"expected {count} stacks, got {len(keys)} lines")
-    return keys
-
-
-def folded_of(key: str) -> str:
-    """Returns the folded stack of a sort key."""
-    return key.replace(_SEP, ";")
-
-
-def sort_stacks(profiles: Sequence[Mapping[str, int]]) -> SortedStacks:
-    """Sorts the stacks of one or more profiles of folded counts (missing counts are 0)."""
-    # Builtins over whole lists (map, sorted, join) rather than Python loops: this runs over
-    # every distinct stack of the window.
-    if len(profiles) == 1:
-        stacks = list(profiles[0])
-        values = [list(profiles[0].values())]
-    else:
-        stacks = list(set().union(*profiles))
-        values = [list(map(p.get, stacks, itertools.repeat(0))) for p in profiles]
-    keys = sort_keys(stacks)
-    order = sorted(range(len(keys)), key=keys.__getitem__)
-    return SortedStacks(
-        list(map(keys.__getitem__, order)), [list(map(v.__getitem__, order)) for v in values]
-    )
-
-
-class _Ranges:
-    """Cumulative counts over sorted stacks, so any node's numbers are two lookups.
-
-    ``cumulative[i][k]`` is profile i's samples in the first k keys, and ``weight[k]`` the
-    same for the pruning weight (a weighted sum of the profiles).
-    """
-
-    def __init__(self, stacks: SortedStacks, scale: Sequence[float]) -> None:
-        keys, values = stacks.keys, list(stacks.values)  # the caller's lists stay as they are
-        self.keys = keys
-        if stacks.bounds is not None and stacks.bounds.keys is not keys:
-            raise ValueError("the remembered node boundaries belong to other keys")
-        self.bounds = stacks.bounds or Bounds(keys)
-        for i, v in enumerate(values):
-            if v and min(v) < 0:
-                values[i] = [max(x, 0) for x in v]
-        # The empty stack has no frames: its samples belong to the root itself.
-        self.first = 1 if keys and keys[0] == "" else 0
-        self.root_self = [v[0] if self.first else 0 for v in values]
-        self.cumulative = [_running_sums("q", v) for v in values]
-        self.totals = [cum[-1] for cum in self.cumulative]
-        if len(values) == 1:
-            self.weight: Sequence[float] = self.cumulative[0]
-        else:
-            per_key = map(
-                sum,
-                zip(*([x * f for x in v] for v, f in zip(values, scale, strict=True)), strict=True),
-            )
-            self.weight = _running_sums("d", per_key)
-
-    def sums(self, lo: int, hi: int) -> list[int]:
-        """Returns each profile's samples in the keys ``[lo, hi)``."""
-        return [cum[hi] - cum[lo] for cum in self.cumulative]
-
-
-def _running_sums(typecode: str, values: Iterable[float]) -> array[Any]:
-    """Returns 0 and the running sums of ``values``, as an array: bisecting a list of numbers
-    goes from object to object over memory, three times slower."""
-    sums = array(typecode, [0])
-    sums.extend(itertools.accumulate(values))
-    return sums
-
-
-def _sanitize(stack: str) -> str:
-    return stack.replace(_SEP, "%01").replace(_END, "%02").replace("\n", "%0A")
-
-
-def _best_first(
-    stacks: _Ranges,
-    root: Node,
-    make_node: Callable[[str, list[int]], Node],
-    max_nodes: int,
-    min_weight: float,
-) -> tuple[int, list[tuple[Node, list[int]]]]:
-    """Keeps the heaviest nodes, attaching them below ``root``.
-
-    Returns the number of nodes kept and, for each kept node some of whose callees were not
-    kept, that node and the samples of those callees per profile.
-    """
-    if max_nodes < 2:
-        raise ValueError("max_nodes must be at least 2 (the root and one [pruned] node)")
-    keys, weight, bounds = stacks.keys, stacks.weight, stacks.bounds
-    order = itertools.count()
-    heap: list[tuple[float, int, int, str, int, int, int]] = []
-    # Per kept node (by index): the node, its samples, what its kept callees hold, and how
-    # many of its callees are not kept.
-    nodes: list[Node] = [root]
-    sums: list[list[int]] = [list(stacks.totals)]
-    in_callees: list[list[int]] = [list(stacks.root_self)]
-    unkept: list[int] = [0]
-
-    # Weights of the heaviest nodes seen so far. Once it holds `enough`, no node lighter than
-    # its smallest can be kept: at least `enough` nodes at least as heavy will be (kept nodes
-    # outnumber [pruned] ones), so light callees are skipped without being looked at.
-    enough = max(1, (max_nodes - 2) // 2)
-    best: list[float] = []
-
-    def push_children(index: int, lo: int, hi: int, prefix_len: int) -> None:
-        # The remembered boundaries, read here without a call (they may be replaced meanwhile:
-        # what these hold stays true).
-        ends, starts = bounds.ends, bounds.starts
-        i = lo
-        if i < hi and len(keys[i]) == prefix_len:
-            # The stack that ends at this node: its own samples, not a callee's.
-            in_callees[index] = [cum[i + 1] - cum[i] for cum in stacks.cumulative]
-            i += 1
-        start = prefix_len + 1
-        count = 0
-        skipped = False
-        while i < hi:
-            bound = best[0] if len(best) >= enough else 0
-            rest = weight[hi] - weight[i]
-            if rest <= 0 or rest < bound:
-                skipped = skipped or rest > 0
-                break
-            # Key j is the first whose weight brings the run from key i to the bound (or,
-            # without a bound, the first with samples): the callees that end before the one
-            # holding key j are too light to keep, or empty.
-            if bound:
-                j = bisect_left(weight, weight[i] + bound, i + 1, hi + 1) - 1
-            else:
-                j = bisect_right(weight, weight[i], i + 1, hi + 1) - 1
-            if j > i:
-                first = starts.get((j, start))
-                if first is None:
-                    first = bounds.node_start(j, start, i)
-                if first > i:
-                    skipped = skipped or weight[first] > weight[i]
-                    i = first
-            found = ends.get((i, start))
-            stop, end = found if found is not None else bounds.node_at(i, start, hi)
-            w = weight[end] - weight[i]
-            if w < bound:
-                skipped = True
-            else:
-                heapq.heappush(heap, (-w, next(order), index, keys[i][start:stop], i, end, stop))
-                count += 1
-                if len(best) < enough:
-                    heapq.heappush(best, w)
-                elif w > best[0]:
-                    heapq.heapreplace(best, w)
-            i = end
-        # A skipped callee is never kept: it counts as one that stays unkept.
-        unkept[index] = count + skipped
-
-    placeholders = 0
-    if len(keys) > stacks.first:
-        push_children(0, stacks.first, len(keys), -1)  # the root's callees start at offset 0
-        placeholders = 1 if unkept[0] else 0
-    while heap:
-        neg_weight, _, parent, name, lo, hi, prefix_len = heap[0]
-        if -neg_weight <= min_weight:
-            break
-        own = 1 if len(keys[lo]) == prefix_len else 0
-        has_children = weight[hi] - weight[lo + own] > 0
-        after = len(nodes) + 1 + placeholders - (unkept[parent] == 1) + has_children
-        if after > max_nodes:
-            break
-        heapq.heappop(heap)
-        node_sums = stacks.sums(lo, hi)
-        node = make_node(name, node_sums)
-        nodes[parent]["children"].append(node)
-        held = in_callees[parent]
-        for i, value in enumerate(node_sums):
-            held[i] += value
-        index = len(nodes)
-        nodes.append(node)
-        sums.append(node_sums)
-        in_callees.append([0] * len(node_sums))
-        unkept.append(0)
-        unkept[parent] -= 1
-        if unkept[parent] == 0:
-            placeholders -= 1
-        if has_children:
-            push_children(index, lo, hi, prefix_len)
-            if unkept[index]:
-                placeholders += 1
-    pruned = [
-        (nodes[i], [total - held for total, held in zip(sums[i], in_callees[i], strict=True)])
-        for i in range(len(nodes))
-        if unkept[i]
-    ]
-    return len(nodes), pruned
+def _counts(profile: Mapping[str, int] | Profile) -> tuple[Mapping[str, int], float | None]:
+    if isinstance(profile, Profile):
+        return profile.counts, profile.interval
+    return profile, None
 
 
 def flame_tree(
-    counts: Mapping[str, int], *, max_nodes: int = 5000, min_share: float = 0.0
+    counts: Mapping[str, int] | Profile, *, max_nodes: int = 5000, min_share: float = 0.0
 ) -> FlameTree:
-    """Builds the pruned call tree of a profile of folded counts (see flame_tree_sorted)."""
-    return flame_tree_sorted(sort_stacks([counts]), max_nodes=max_nodes, min_share=min_share)
+    """Builds the pruned call tree of a profile (see flame_tree_sorted); a Profile's tree
+    carries its interval."""
+    mapping, interval = _counts(counts)
+    return flame_tree_sorted(
+        sort_stacks([mapping]), max_nodes=max_nodes, min_share=min_share, interval=interval
+    )
 
 
 def flame_tree_sorted(
@@ -380,6 +133,7 @@ def flame_tree_sorted(
     max_nodes: int = 5000,
     min_share: float = 0.0,
     root_name: str = "all",
+    interval: float | None = None,
 ) -> FlameTree:
     """Builds the call tree of a profile with at most ``max_nodes`` nodes, pruned ones included.
 
@@ -387,25 +141,48 @@ def flame_tree_sorted(
     The callees of a node that were not kept become one ``[pruned]`` child holding their
     samples. Frame names are unescaped for display.
     """
-    ranges = _Ranges(stacks, [1.0])
-    total = ranges.totals[0]
-    root: Node = {"name": root_name, "value": total, "children": []}
+    pruned = prune(stacks, max_nodes=max_nodes, min_share=min_share, root_name=root_name)
+    (root,) = pruned.roots
+    return FlameTree(
+        _render_flame(root),
+        root.total,
+        pruned.nodes,
+        pruned.pruned_nodes,
+        pruned.pruned_samples[0],
+        interval,
+    )
 
-    def make_node(name: str, sums: list[int]) -> Node:
-        return {"name": unescape_frame(name), "value": sums[0], "children": []}
 
-    kept, pruned = _best_first(ranges, root, make_node, max_nodes, min_share * total)
-    for node, sums in pruned:
-        node["children"].append({"name": PRUNED, "value": sums[0], "children": []})
-    pruned_samples = sum(sums[0] for _, sums in pruned)
-    return FlameTree(root, total, kept + len(pruned), len(pruned), pruned_samples)
+def _render_flame(root: Node) -> Rendered:
+    """Renders a tree as d3-flame-graph's dicts, names unescaped; iterative, as a pruned tree
+    may be a chain thousands of frames deep. (Node.to_dict does the same; this one runs for
+    every view, so it saves the calls.)"""
+    top: Rendered = {"name": unescape_frame(root.name), "value": root.total, "children": []}
+    pending = [(root, top["children"])]
+    pop, push = pending.pop, pending.append
+    while pending:
+        node, into = pop()
+        append = into.append
+        for child in node.children.values():
+            rendered = {"name": unescape_frame(child.name), "value": child.total, "children": []}
+            append(rendered)
+            if child.children:
+                push((child, rendered["children"]))
+    return top
 
 
 def diff_tree(
-    counts_a: Mapping[str, int], counts_b: Mapping[str, int], *, max_nodes: int = 5000
+    counts_a: Mapping[str, int] | Profile,
+    counts_b: Mapping[str, int] | Profile,
+    *,
+    max_nodes: int = 5000,
 ) -> DiffTree:
-    """Builds the differential tree of two profiles of folded counts (see diff_tree_sorted)."""
-    return diff_tree_sorted(sort_stacks([counts_a, counts_b]), max_nodes=max_nodes)
+    """Builds the differential tree of two profiles (see diff_tree_sorted); Profiles must
+    have one interval, which the tree carries."""
+    (a, interval_a), (b, interval_b) = _counts(counts_a), _counts(counts_b)
+    if interval_a != interval_b:
+        raise ValueError(f"the two sides' intervals differ ({interval_a}, {interval_b})")
+    return diff_tree_sorted(sort_stacks([a, b]), max_nodes=max_nodes, interval=interval_a)
 
 
 def diff_tree_sorted(
@@ -414,6 +191,7 @@ def diff_tree_sorted(
     max_nodes: int = 5000,
     min_share: float = 0.0,
     root_name: str = "all",
+    interval: float | None = None,
 ) -> DiffTree:
     """Builds the differential tree of two profiles, each normalised to its own total.
 
@@ -424,29 +202,36 @@ def diff_tree_sorted(
     """
     totals = [sum(c for c in values if c > 0) for values in stacks.values]
     scale = [1.0 / t if t else 0.0 for t in totals]
-    ranges = _Ranges(stacks, scale)
+    pruned = prune(
+        stacks, max_nodes=max_nodes, min_share=min_share, scale=scale, root_name=root_name
+    )
 
-    def make_node(name: str, sums: list[int]) -> Node:
-        a, b = sums[0] * scale[0], sums[1] * scale[1]
+    root_a, root_b = pruned.roots
+    scale_a, scale_b = scale
+
+    def render(node_a: Node, node_b: Node) -> Rendered:
+        a, b = node_a.total * scale_a, node_b.total * scale_b
         return {
-            "name": name,
+            "name": unescape_frame(node_a.name),
             "value": (a + b) / 2,
             "a": a,
             "b": b,
             "delta": b - a,
-            "samples_a": sums[0],
-            "samples_b": sums[1],
+            "samples_a": node_a.total,
+            "samples_b": node_b.total,
             "children": [],
         }
 
-    root = make_node(root_name, totals)
-    kept, pruned = _best_first(
-        ranges,
-        root,
-        lambda name, sums: make_node(unescape_frame(name), sums),
-        max_nodes,
-        min_share * 2,
-    )
-    for node, sums in pruned:
-        node["children"].append(make_node(PRUNED, sums))
-    return DiffTree(root, totals[0], totals[1], kept + len(pruned), len(pruned))
+    # Iterative, as _render_flame; the two trees have one shape, their children one order.
+    top = render(root_a, root_b)
+    pending = [(root_a, root_b, top["children"])]
+    while pending:
+        node_a, node_b, into = pending.pop()
+        for child_a, child_b in zip(
+            node_a.children.values(), node_b.children.values(), strict=True
+        ):
+            rendered = render(child_a, child_b)
+            into.append(rendered)
+            if child_a.children:
+                pending.append((child_a, child_b, rendered["children"]))
+    return DiffTree(top, totals[0], totals[1], pruned.nodes, pruned.pruned_nodes, interval)

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from collector.functions import FunctionSamples
-from sampler.profile import unescape_frame
+from sampler.profile import Profile, unescape_frame
 
 __all__ = [
     "FunctionChange",
@@ -22,18 +22,27 @@ __all__ = [
 ]
 
 
-def _samples(counts: Mapping[str, int] | FunctionSamples) -> FunctionSamples:
-    return counts if isinstance(counts, FunctionSamples) else FunctionSamples.of(counts)
+def _samples(counts: Mapping[str, int] | Profile | FunctionSamples) -> FunctionSamples:
+    if isinstance(counts, FunctionSamples):
+        return counts
+    return FunctionSamples.of(counts.counts if isinstance(counts, Profile) else counts)
 
 
 def top_functions(
-    counts: Mapping[str, int] | FunctionSamples, *, limit: int = 100
+    counts: Mapping[str, int] | Profile | FunctionSamples,
+    *,
+    limit: int = 100,
+    interval: float | None = None,
 ) -> list[dict[str, Any]]:
     """Returns the functions with the most self samples (then total), with their shares.
 
     Names are unescaped for display; a recursive function counts once per stack in its total.
-    ``counts`` are folded counts, or their frames counted already (StackIndex does it faster).
+    ``counts`` are folded counts, a Profile, or their frames counted already (StackIndex does
+    it faster). With an ``interval`` (a Profile's, unless given), each row also has its
+    ``self_seconds`` and ``total_seconds``.
     """
+    if interval is None and isinstance(counts, Profile):
+        interval = counts.interval
     samples = _samples(counts)
     grand_total = samples.total
     scale = 1.0 / grand_total if grand_total else 0.0
@@ -41,7 +50,7 @@ def top_functions(
     top = heapq.nsmallest(
         limit, totals, key=lambda name: (-self_counts.get(name, 0), -totals[name], name)
     )
-    return [
+    rows = [
         {
             "name": unescape_frame(name),
             "self": self_counts.get(name, 0),
@@ -51,6 +60,11 @@ def top_functions(
         }
         for name in top
     ]
+    if interval is not None:
+        for row in rows:
+            row["self_seconds"] = row["self"] * interval
+            row["total_seconds"] = row["total"] * interval
+    return rows
 
 
 @dataclass(frozen=True)
@@ -79,8 +93,8 @@ class FunctionChange:
 
 
 def rank_changes(
-    counts_a: Mapping[str, int] | FunctionSamples,
-    counts_b: Mapping[str, int] | FunctionSamples,
+    counts_a: Mapping[str, int] | Profile | FunctionSamples,
+    counts_b: Mapping[str, int] | Profile | FunctionSamples,
     *,
     limit: int = 100,
     order: str = "self",

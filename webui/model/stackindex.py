@@ -1,6 +1,6 @@
 """The sort order of every stack the web UI has read, kept between requests.
 
-Pruning a profile into a call tree needs its stacks sorted (see flametree.SortedStacks), and
+Pruning a profile into a call tree needs its stacks sorted (see sampler.profile.SortedStacks), and
 sorting 200,000 stacks of folded text takes most of a second: the text is ~100 MB. Stack ids
 never change meaning (they are hashes of the text), so the index sorts each stack once, when
 it is first read, and a window's stacks are then put in order by sorting small integers.
@@ -15,8 +15,14 @@ from itertools import compress
 from operator import itemgetter
 
 from collector.functions import FunctionSamples, count_frames
-
-from .flametree import SEPARATOR, Bounds, SortedStacks, folded_of, sort_key, sort_keys_of_lines
+from sampler.profile import (
+    SORT_SEPARATOR,
+    Bounds,
+    SortedStacks,
+    folded_of,
+    sort_key,
+    sort_keys_of_lines,
+)
 
 __all__ = ["StackIndex"]
 
@@ -31,7 +37,7 @@ _SPREAD = 8
 # stack's cached frames.
 _STACK_OVERHEAD = 420
 _FRAMES_OVERHEAD = 150
-# Node boundaries remembered (see flametree.Bounds), ~220 bytes each: one per stack in the
+# Node boundaries remembered (see sampler.profile.Bounds), ~220 bytes each: one per stack in the
 # order (counted in _STACK_OVERHEAD), and at least this many.
 _MIN_BOUNDS = 50_000
 
@@ -53,7 +59,8 @@ class StackIndex:
         self._lock = threading.RLock()
         # (keys in order, their stack ids, stack id -> position, the node boundaries found in
         # the keys): replaced whole, never changed in place, so readers take no lock.
-        self._state: _State = ([], [], {}, Bounds([]))
+        no_keys: list[str] = []  # the bounds must belong to these very keys (pruning checks)
+        self._state: _State = (no_keys, [], {}, Bounds(no_keys))
         self._bytes = 0
         # Stack id -> its distinct frames, leaf first (one string object per frame name),
         # made the first time a function table needs them. Replaced, never cleared in place.
@@ -150,7 +157,7 @@ class StackIndex:
             cache, names = self._frames, self._frame_names
             missing = [sid for sid in ids if sid not in cache]
             for sid in missing:
-                parts = keys[rank[sid]].split(SEPARATOR)
+                parts = keys[rank[sid]].split(SORT_SEPARATOR)
                 parts.reverse()
                 cache[sid] = stack = tuple(dict.fromkeys(map(names.setdefault, parts, parts)))
                 self._frame_bytes += _FRAMES_OVERHEAD + 8 * len(stack)

@@ -98,21 +98,18 @@ class Engine:
         )
 
     def add_samples(
-        self, conn: sa.Connection, width: int, rows: Sequence[tuple[int, int, int, int]]
+        self,
+        conn: sa.Connection,
+        width: int,
+        keys: Sequence[tuple[int, int, int]],
+        counts: Sequence[int],
+        *,
+        new: bool = False,
     ) -> None:
-        """Adds (bucket, series, stack, count) rows to tier `width`, summing counts on conflict."""
+        """Adds rows of (bucket, series, stack) keys and counts to tier `width`, summing counts
+        on conflict;
+        ``new``: they are probably not stored yet (an engine may insert them faster)."""
         raise NotImplementedError
-
-    def upsert_cursor_entries(
-        self, conn: sa.Connection, rows: Sequence[tuple[str, int, int, int]]
-    ) -> None:
-        """Sets (target, label set index, stack id, count) cursor entries."""
-        self.upsert(
-            conn,
-            schema.cursor_entries,
-            [{"target": t, "label_index": i, "stack_id": s, "count": c} for t, i, s, c in rows],
-            ["count"],
-        )
 
     def dialect_insert(self, table: sa.Table):  # type: ignore[no-untyped-def]
         """Returns the engine's INSERT construct (it has on_conflict_do_*)."""
@@ -170,6 +167,11 @@ class Engine:
             )
         )
         return before
+
+    def reclaim_space(self) -> int:
+        """Gives the space of deleted rows back to the file system where the engine needs
+        asking (SQLite); returns the pages freed."""
+        return 0
 
     def analyze(self, width: int, buckets: set[int]) -> None:
         """Refreshes planner statistics of the storage holding these buckets of tier `width`."""

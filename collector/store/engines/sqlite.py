@@ -20,16 +20,11 @@ _ADD_SAMPLES = (
     "ON CONFLICT (width, bucket, series_id, stack_id) DO UPDATE SET count = count + excluded.count"
 )
 
-_SET_CURSOR = (
-    "INSERT INTO cursor_entries (target, label_index, stack_id, count) VALUES (?, ?, ?, ?) "
-    "ON CONFLICT (target, label_index, stack_id) DO UPDATE SET count = excluded.count"
-)
-
 
 # All ids in one parameter, a JSON array: an IN list of 200,000 bound parameters costs more to
 # build than the query takes.
 _STACK_TEXTS = "SELECT id, folded FROM stacks WHERE id IN (SELECT value FROM json_each(?))"
-_LINES_CHUNK = 50_000
+_LINES_CHUNK = 250_000  # ids a query: one string of their lines for most windows
 _STACK_LINES = (
     "SELECT json_group_array(id), group_concat(folded, char(10)) FROM stacks "
     "WHERE id IN (SELECT value FROM json_each(?))"
@@ -53,6 +48,10 @@ class SQLiteEngine(Engine):
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
             cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
+            # A new file frees the pages of deleted rows on request (reclaim_space); this
+            # is only possible before its first table, so an older file keeps its mode.
+            if cursor.execute("PRAGMA page_count").fetchone()[0] == 0:
+                cursor.execute("PRAGMA auto_vacuum = INCREMENTAL")
             # WAL: readers never block the writer and the writer never blocks readers.
             cursor.execute("PRAGMA journal_mode = WAL")
             # NORMAL in WAL mode can lose the last commits on power loss, never consistency;
@@ -78,16 +77,45 @@ class SQLiteEngine(Engine):
             with conn.begin():
                 yield conn
 
+    def reclaim_space(self) -> int:
+        """Returns free pages beyond a fifth of the file to the file system (those within
+        are reused by the next writes); returns how many pages it freed. A file created
+        before fleetflame set incremental auto-vacuum frees none (docs/operations.md)."""
+        raw = self.sa_engine.raw_connection()
+        try:
+            driver = raw.driver_connection
+            assert driver is not None
+            mode, pages, free = (
+                driver.execute(f"PRAGMA {name}").fetchone()[0]
+                for name in ("auto_vacuum", "page_count", "freelist_count")
+            )
+            excess = free - (pages - free) // 4  # then a fifth of the file stays free
+            if mode != 2 or excess <= 0:  # 2: INCREMENTAL
+                return 0
+            # Run to completion (execute() would take one step: one page), in a transaction
+            # of its own: the connection is in autocommit mode.
+            driver.executescript(f"PRAGMA incremental_vacuum({int(excess)});")
+            return int(excess)
+        finally:
+            raw.close()
+
     def dialect_insert(self, table: sa.Table):  # type: ignore[no-untyped-def]
         """Returns SQLite's INSERT construct."""
         return sqlite_insert(table)
 
     def add_samples(
-        self, conn: sa.Connection, width: int, rows: Sequence[tuple[int, int, int, int]]
+        self,
+        conn: sa.Connection,
+        width: int,
+        keys: Sequence[tuple[int, int, int]],
+        counts: Sequence[int],
+        *,
+        new: bool = False,
     ) -> None:
         """Adds rows with one executemany of an upsert."""
-        if rows:
-            conn.exec_driver_sql(_ADD_SAMPLES, [(width, b, s, k, c) for b, s, k, c in rows])
+        if keys:
+            rows = [(width, b, s, k, c) for (b, s, k), c in zip(keys, counts, strict=True)]
+            conn.exec_driver_sql(_ADD_SAMPLES, rows)
 
     def stack_texts(self, conn: sa.Connection, ids: Sequence[int]) -> list[tuple[int, str]]:
         """Reads the (id, folded text) of stacks with one query; ids not stored are left out."""
@@ -150,10 +178,3 @@ class SQLiteEngine(Engine):
         )
         ids, counts = conn.execute(stmt).cursor.fetchone()
         return json.loads(ids), json.loads(counts)
-
-    def upsert_cursor_entries(
-        self, conn: sa.Connection, rows: Sequence[tuple[str, int, int, int]]
-    ) -> None:
-        """Sets cursor entries with one executemany of an upsert."""
-        if rows:
-            conn.exec_driver_sql(_SET_CURSOR, list(rows))

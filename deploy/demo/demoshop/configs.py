@@ -34,6 +34,9 @@ poll_interval = {poll_interval}
 targets = [{_toml_str(f"{ports.HOST}:{plan.sampler_range}")}]
 target_labels = {{ environment = "demo" }}
 health_listen = {_toml_str(f"{ports.HOST}:{plan.collector_health}")}
+# The planted regression found by itself: the job compares every 10 s (the default is 60 s).
+findings_interval = 10.0
+web_url = {_toml_str(f"http://{ports.HOST}:{plan.web_ui}")}
 """
     return _write(var / "collector.toml", text)
 

@@ -26,7 +26,7 @@ def profile(url):
         return json.loads(r.read())
 
 
-s = sampler.start(port=sys.argv[1])
+s = sampler.start(port=sys.argv[1], engine=sys.argv[2] if len(sys.argv) > 2 else "auto")
 spin_parent()
 read, write = os.pipe()
 pid = os.fork()

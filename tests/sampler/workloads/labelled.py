@@ -70,7 +70,8 @@ async def main_async():
     await asyncio.gather(task("a"), task("b"), tagged_coroutine())
 
 
-s = sampler.start(port=0, driver="thread")
+engine = sys.argv[1] if len(sys.argv) > 1 else "python"
+s = sampler.start(port=0, engine=engine, driver="thread" if engine == "python" else "auto")
 threads = [threading.Thread(target=then_linger(work)) for work in (upload, download)]
 for t in threads:
     t.start()

@@ -1,11 +1,15 @@
 // The compare page: two windows or two label values as a differential flamegraph (or side by
 // side), and the functions ranked by how their share of each side's total changed.
 
-import { $, count, pct, regexEscape, showStatus, signedPct, body } from './util.js'
+import { $, body, count, formatTime, pct, regexEscape, showStatus, signedPct } from './util.js'
 import { api, params, selectionParams, update } from './state.js'
 import { refreshFilters, setupFilters } from './filters.js'
 import { createFlame } from './flame.js'
 import { sortableTable } from './table.js'
+import { drawSidesTimeline } from './timeline.js'
+import { deltaColor, markSelfDeltas } from './diffcolor.js'
+import { shownName } from './frames.js'
+import { intervalText, qText, readSignificance, selfSignificant, significanceSummary, withSignificance } from './significance.js'
 
 const SIDE_KEYS = ['a_from', 'a_to', 'a_label', 'b_from', 'b_to', 'b_label']
 const PRESETS = {
@@ -13,25 +17,32 @@ const PRESETS = {
   yesterday: { b_from: '-1h', b_to: 'now', a_from: '-25h', a_to: '-24h' },
   week: { b_from: '-1h', b_to: 'now', a_from: '-169h', a_to: '-168h' }
 }
-const NEUTRAL = [221, 221, 221]
-const MORE = [224, 60, 40] // red: more time in B
-const LESS = [40, 110, 224] // blue: less time in B
-
 let maxDelta = 1e-9
 let lastData = null
+let stats = null // /api/significance's answer for the comparison on screen, once it came
+
+// Changes that are not significant are drawn as no change, unless the user asks for all.
+const greyed = () => Boolean(stats && stats.judged && $('significant-only').checked)
 
 function diffColor (node) {
-  const delta = node.data.delta || 0
-  const strength = Math.sqrt(Math.min(1, Math.abs(delta) / maxDelta))
-  const target = delta > 0 ? MORE : LESS
-  const rgb = NEUTRAL.map((c, i) => Math.round(c + (target[i] - c) * strength))
-  return `rgb(${rgb.join(',')})`
+  const delta = greyed() && !selfSignificant(stats, node.data.name) ? 0 : node.data.self_delta || 0
+  return deltaColor(delta, maxDelta)
 }
 
 const diffLabel = node => {
   const d = node.data
-  return `${d.name}\nA: ${pct(d.a)} (${count(d.samples_a)} samples)\n` +
-    `B: ${pct(d.b)} (${count(d.samples_b)} samples)\nchange: ${signedPct(d.delta)} of total`
+  return `${shownName(d.name)}\nA: ${pct(d.a)} (${count(d.samples_a)} samples)\n` +
+    `B: ${pct(d.b)} (${count(d.samples_b)} samples)\nchange: ${signedPct(d.delta)} of total, ` +
+    `${signedPct(d.self_delta || 0)} in itself${judgement(d.name)}`
+}
+
+// What the statistics say of the function's own share, for the tooltip.
+function judgement (name) {
+  if (!stats || !stats.judged) return ''
+  const [row] = withSignificance([{ name }], stats)
+  if (!row.self_judged) return '\nthe function: too rare to judge'
+  const verdict = row.self_significant ? 'significant' : 'not significant'
+  return `\nthe function's own share: ${intervalText(row, 'self')} (95%), q ${qText(row, 'self')}: ${verdict}`
 }
 
 const focusOptions = {
@@ -42,7 +53,7 @@ const focusOptions = {
 const flame = createFlame($('chart'), { ...focusOptions, label: diffLabel, color: diffColor })
 
 function sideLabel (side) {
-  return node => `${node.data.name}\n${count(node.data.value)} samples, ` +
+  return node => `${shownName(node.data.name)}\n${count(node.data.value)} samples, ` +
     `${pct(node.data[side])} of ${side.toUpperCase()}'s total`
 }
 const sides = {
@@ -62,13 +73,17 @@ function sideTree (node, side) {
 }
 
 const table = sortableTable($('changes'), [
-  { key: 'name', format: r => r.name, className: () => 'name' },
+  { key: 'name', format: r => shownName(r.name), className: () => 'name' },
   { key: 'self_a', format: r => pct(r.self_a), className: () => 'num' },
   { key: 'self_b', format: r => pct(r.self_b), className: () => 'num' },
-  { key: 'self_delta', format: r => signedPct(r.self_delta), className: r => `num ${sign(r.self_delta)}` },
+  { key: 'self_delta', format: r => signedPct(r.self_delta), className: r => changeClass(r, 'self') },
+  { key: 'self_low', format: r => intervalText(r, 'self'), className: () => 'num muted' },
+  { key: 'self_q', format: r => qText(r, 'self'), className: () => 'num muted' },
   { key: 'total_a', format: r => pct(r.total_a), className: () => 'num' },
   { key: 'total_b', format: r => pct(r.total_b), className: () => 'num' },
-  { key: 'total_delta', format: r => signedPct(r.total_delta), className: r => `num ${sign(r.total_delta)}` }
+  { key: 'total_delta', format: r => signedPct(r.total_delta), className: r => changeClass(r, 'total') },
+  { key: 'total_low', format: r => intervalText(r, 'total'), className: () => 'num muted' },
+  { key: 'total_q', format: r => qText(r, 'total'), className: () => 'num muted' }
 ], row => {
   const term = `^${regexEscape(row.name)}$`
   $('search').value = term
@@ -79,6 +94,55 @@ const table = sortableTable($('changes'), [
 })
 
 function sign (x) { return x > 0 ? 'pos' : x < 0 ? 'neg' : '' }
+
+// A change's cell: coloured by its sign; once judged, bold when significant, faint when not.
+function changeClass (row, kind) {
+  const judged = stats && stats.judged
+  const verdict = !judged ? '' : row[`${kind}_significant`] ? 'significant' : 'insignificant'
+  return `num ${sign(row[`${kind}_delta`])} ${verdict}`
+}
+
+// The changes' table: the diff's rows with what the statistics say of them (when they came).
+function showChanges () {
+  const rows = lastData.total_a && lastData.total_b ? lastData.functions : []
+  table.set(withSignificance(rows, stats), 'self_delta')
+}
+
+// Samples over both sides' windows (and what lies between them), a brush for each side's
+// window: dragging one sets that side's window.
+async function showTimeline (ticket, p, a, b) {
+  const query = selectionParams(p)
+  query.set('from', String(Math.min(a.read_from, b.read_from)))
+  query.set('to', String(Math.max(a.read_to, b.read_to)))
+  let data
+  try {
+    data = await api('timeline', query)
+  } catch (error) {
+    return // the graph and its error say what matters
+  }
+  if (ticket !== loading) return
+  const windows = { a: [a.read_from, a.read_to], b: [b.read_from, b.read_to] }
+  drawSidesTimeline($('timeline'), data, windows, (side, from, to) => {
+    update(q => { q.set(`${side}_from`, String(from)); q.set(`${side}_to`, String(to)); q.delete('focus') })
+    load()
+  })
+}
+
+// The statistics come after the graph (they read each replicate): the graph and table first.
+async function judge (ticket, query) {
+  $('significance').textContent = significanceSummary(null)
+  try {
+    const data = await api('significance', query)
+    if (ticket !== loading) return
+    stats = readSignificance(data)
+  } catch (error) {
+    if (ticket !== loading) return
+    stats = { judged: false, reason: error.message, replicates: { a: 0, b: 0 } }
+  }
+  $('significance').textContent = significanceSummary(stats)
+  showChanges()
+  if (greyed()) render()
+}
 
 function search (term) {
   flame.search(term)
@@ -127,27 +191,38 @@ async function load () {
   for (const key of SIDE_KEYS) $(key).value = p.get(key) || ''
   $('search').value = p.get('search') || ''
   $('icicle').checked = p.get('icicle') === '1'
+  $('significant-only').checked = p.get('all_changes') !== '1'
   showStatus('')
   body.dataset.state = 'loading'
+  stats = null
+  $('significance').textContent = ''
   try {
     const data = await api('diff', compareQuery(p))
     if (ticket !== loading) return
     lastData = data
-    maxDelta = 1e-9
-    const visit = node => {
-      if (node !== data.tree) maxDelta = Math.max(maxDelta, Math.abs(node.delta))
-      node.children.forEach(visit)
-    }
-    visit(data.tree)
-    $('summary').textContent = `A: ${count(data.total_a)} samples · B: ${count(data.total_b)} samples · ` +
+    maxDelta = markSelfDeltas(data.tree, data.total_a, data.total_b)
+    $('legend-scale').textContent = `full colour: ${signedPct(maxDelta).replace('+', '±')} of a side's samples in the frame itself`
+    // The windows read (whole buckets), not the windows typed: two adjacent minutes typed off
+    // the bucket edges read other minutes than they seem to.
+    const read = side => `read ${formatTime(side.read_from)} → ${formatTime(side.read_to)}`
+    $('summary').textContent = `A: ${count(data.total_a)} samples, ${read(data.a)} · ` +
+      `B: ${count(data.total_b)} samples, ${read(data.b)} · ` +
       `${data.nodes} frames${data.pruned_nodes ? ` (${data.pruned_nodes} [pruned])` : ''}`
     render()
-    table.set(data.functions, 'self_delta')
+    // An empty side has nothing to compare: no list of "changes" against nothing.
+    showChanges()
     body.dataset.state = 'ready'
     refreshFilters({ from: data.b.from, to: data.b.to })
+    if (data.total_a && data.total_b) judge(ticket, compareQuery(p))
+    showTimeline(ticket, p, data.a, data.b)
   } catch (error) {
     if (ticket !== loading) return
     showStatus(error.message)
+    // Nothing stale stays on screen looking like an answer.
+    flame.clear(`${error.message}. Change the windows or labels above, or reload the page.`)
+    for (const side of Object.values(sides)) side.clear('')
+    table.set([])
+    $('summary').textContent = ''
     body.dataset.state = 'error'
     refreshFilters(null)
   }
@@ -158,7 +233,40 @@ $('compare-apply').addEventListener('click', () => {
   update(p => { for (const key of SIDE_KEYS) p.set(key, $(key).value.trim()) })
   load()
 })
-for (const button of $('compare-presets').querySelectorAll('button')) {
+// Versions as people number them: 1.4.10 after 1.4.9.
+const byVersion = (x, y) => x.localeCompare(y, undefined, { numeric: true })
+
+// The two latest values of the version label seen in the window: A the previous, B the current.
+async function previousVersion () {
+  const versions = ((await api('labels', selectionParams(params()))).values.version || []).sort(byVersion)
+  if (versions.length < 2) {
+    showStatus('fewer than two versions (label version) in this window: widen it (e.g. 24 h)')
+    return
+  }
+  const [previous, current] = versions.slice(-2)
+  update(p => {
+    for (const key of SIDE_KEYS) p.delete(key)
+    p.set('a_label', `version:${previous}`); p.set('b_label', `version:${current}`)
+  })
+  load()
+}
+
+// Label values offered in the two label inputs (key:value), from the window's data.
+async function offerLabels () {
+  try {
+    const values = (await api('labels', selectionParams(params()))).values
+    const options = []
+    for (const [key, list] of Object.entries(values)) {
+      if (['service', 'host', 'instance'].includes(key)) continue
+      for (const value of list) options.push(new Option(`${key}:${value}`, `${key}:${value}`))
+    }
+    $('label-options').replaceChildren(...options)
+  } catch (error) {}
+}
+
+$('preset-version').addEventListener('click', () => { previousVersion().catch(error => showStatus(error.message)) })
+offerLabels()
+for (const button of $('compare-presets').querySelectorAll('button[data-preset]')) {
   button.addEventListener('click', () => {
     update(p => {
       p.delete('from'); p.delete('to')
@@ -177,6 +285,10 @@ $('reset-zoom').addEventListener('click', () => {
 })
 $('icicle').addEventListener('change', event => {
   update(p => p.set('icicle', event.target.checked ? '1' : ''), { push: false })
+  if (lastData) render()
+})
+$('significant-only').addEventListener('change', event => {
+  update(p => p.set('all_changes', event.target.checked ? '' : '1'), { push: false })
   if (lastData) render()
 })
 $('layout').addEventListener('change', event => {

@@ -1,6 +1,6 @@
 // Window, mode and filter controls; the values offered come from /api/labels.
 
-import { $, el, formatTime } from './util.js'
+import { $, el, formatTime, inputTime, showStatus, wireFiltersToggle, wireTimeZone } from './util.js'
 import { api, params, selectionParams, update } from './state.js'
 
 const COLUMNS = ['service', 'host', 'instance']
@@ -44,14 +44,22 @@ export function setupFilters (onChange) {
   $('label-add').addEventListener('click', () => {
     const key = $('label-key').value
     const value = $('label-value').value
-    if (!key) return
+    if (!key || !value) {
+      showStatus(key ? `choose a value of ${key} first` : 'choose a label first')
+      return
+    }
     update(p => p.append('label', `${key}:${value}`))
     onChange()
   })
   window.addEventListener('popstate', onChange)
+  wireTimeZone()
+  wireFiltersToggle()
 }
 
 let labelValues = {}
+
+// The values seen in the window per key (service, host, instance and every label key).
+export function currentLabelValues () { return labelValues }
 
 function fillLabelValues () {
   const key = $('label-key').value
@@ -61,15 +69,17 @@ function fillLabelValues () {
 // Shows the URL's state in the controls and refreshes the values offered.
 export async function refreshFilters (selection) {
   const p = params()
-  $('from').value = p.get('from') || ''
-  $('to').value = p.get('to') || ''
+  // Epoch seconds in a link are shown as ISO 8601 in the chosen zone; relative times as typed.
+  const shown = value => /^\d+$/.test(value || '') ? inputTime(Number(value)) : (value || '')
+  $('from').value = shown(p.get('from'))
+  $('to').value = shown(p.get('to'))
   $('mode').value = p.get('mode') || 'cpu'
   for (const button of $('presets').querySelectorAll('button')) {
     button.classList.toggle('active', (p.get('from') || document.body.dataset.defaultWindow) ===
       button.dataset.from && !p.get('to'))
   }
   if (selection) {
-    $('window-text').textContent = `${formatTime(selection.from)} → ${formatTime(selection.to)} UTC`
+    $('window-text').textContent = `${formatTime(selection.from)} → ${formatTime(selection.to)}`
   }
   const chips = $('chips')
   chips.replaceChildren()

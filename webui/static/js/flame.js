@@ -2,7 +2,8 @@
 
 /* global d3 */
 
-import { compileSearch, escapeFrame, pct, unescapeFrame } from './util.js'
+import { compileSearch, pct } from './util.js'
+import { displayFrames, foldedStack, shownName } from './frames.js'
 
 // d3-flame-graph 5.x's UMD bundle defines `flamegraph` as a namespace whose `default` is the
 // chart factory; 4.x defined the factory itself.
@@ -26,10 +27,12 @@ export function createFlame (container, options) {
 
   function searchMatch (node, term) {
     const pattern = compileSearch(term)
-    return pattern instanceof RegExp && pattern.test(node.data.name)
+    if (!(pattern instanceof RegExp)) return false
+    return pattern.test(node.data.name) || (node.data.frames || []).some(frame => pattern.test(frame))
   }
 
-  function draw (tree, { icicle = false } = {}) {
+  // order: 'name' (as the server sends it) or 'heavy' (left-heavy: heaviest child first).
+  function draw (tree, { icicle = false, order = 'name' } = {}) {
     if (chart) chart.destroy()
     container.replaceChildren()
     const tip = tooltip()
@@ -40,12 +43,14 @@ export function createFlame (container, options) {
       .transitionDuration(250)
       .inverted(icicle)
       .selfValue(false)
+      .getName(node => shownName(node.data.name))
       .label(options.label)
       .setSearchMatch(searchMatch)
       .setSearchHandler((results, sum, total) => {
         if (options.onSearch) options.onSearch(searchSummary(results, sum, total))
       })
       .onClick(node => { if (options.onFocus) options.onFocus(node) })
+    if (order === 'heavy') chart.sort((a, b) => b.data.value - a.data.value)
     if (tip) chart.tooltip(tip.text(options.label))
     if (options.details) chart.setDetailsElement(options.details)
     if (options.color) chart.setColorMapper((node, original) => node.highlight ? original : options.color(node))
@@ -70,19 +75,31 @@ export function createFlame (container, options) {
     else { chart.clear(); if (options.onSearch) options.onSearch('') }
   }
 
-  // The frames from the root's child down to `node`, escaped and joined as in folded stacks.
+  // The frames from the root's child down to `node`, escaped and joined as in folded stacks
+  // (a collapsed chain stands for all of its frames).
   function pathOf (node) {
-    return node.ancestors().reverse().slice(1).map(n => escapeFrame(n.data.name)).join(';')
+    return foldedStack(node.ancestors().reverse().slice(1).flatMap(n => n.data.frames || [n.data.name]))
   }
 
+  // The node a path names; a path that ends inside a collapsed chain names the chain.
   function findPath (path) {
     if (!root || !path) return null
+    const frames = displayFrames(path)
     let node = root
-    for (const frame of path.split(';').map(unescapeFrame)) {
-      node = (node.children || []).find(child => child.data.name === frame)
-      if (!node) return null
+    let i = 0
+    while (i < frames.length) {
+      const next = (node.children || []).find(child => matches(child.data, frames, i))
+      if (!next) return null
+      i += next.data.frames ? next.data.frames.length : 1
+      node = next
     }
     return node
+  }
+
+  function matches (data, frames, at) {
+    if (!data.frames) return data.name === frames[at]
+    const rest = frames.slice(at, at + data.frames.length)
+    return rest.every((frame, k) => frame === data.frames[k])
   }
 
   // The widest frame of that name: where a click in the function table zooms to.

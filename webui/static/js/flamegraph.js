@@ -1,27 +1,54 @@
 // The flamegraph page: timeline, filters, flamegraph, search and the top-functions table.
 
-import { $, body, count, pct, regexEscape, showStatus } from './util.js'
+import { $, body, compileSearch, count, el, formatTime, isoTime, pct, regexEscape, showStatus } from './util.js'
 import { api, graphQuery, params, preloadedGraphQuery, selectionParams, update } from './state.js'
-import { refreshFilters, setupFilters } from './filters.js'
-import { drawTimeline } from './timeline.js'
+import { currentLabelValues, refreshFilters, setupFilters } from './filters.js'
+import { drawTimeline, splitLegend } from './timeline.js'
 import { createFlame } from './flame.js'
 import { sortableTable } from './table.js'
+import { shownName } from './frames.js'
+import { showSeries } from './series.js'
+import { showSandwich } from './sandwich.js'
+import { collapseChains, withoutWaiting } from './trees.js'
 
 let total = 0
+let interval = 0 // seconds one sample stands for, as the samplers said
+
+// A duration as people read it: 850 ms, 12.4 s, 3.2 min, 1.5 h.
+function seconds (value) {
+  if (value < 1) return `${(value * 1000).toFixed(0)} ms`
+  if (value < 120) return `${value.toFixed(1)} s`
+  if (value < 7200) return `${(value / 60).toFixed(1)} min`
+  return `${(value / 3600).toFixed(1)} h`
+}
+
+// A collapsed chain's tooltip lists its frames (the first and last 10 of a longer one).
+function chainFrames (frames) {
+  if (!frames) return ''
+  const shown = frames.length <= 20 ? frames : [...frames.slice(0, 10), '…', ...frames.slice(-10)]
+  return `\n${frames.length} frames every sample here passes through (untick "collapse chains" to draw them):\n` +
+    shown.map(shownName).join('\n')
+}
 
 const flame = createFlame($('chart'), {
-  label: node => `${node.data.name}\n${count(node.data.value)} samples, ` +
-    `${pct(total ? node.data.value / total : 0)} of total`,
+  label: node => `${shownName(node.data.name)}\n${count(node.data.value)} samples` +
+    (interval ? ` = ${seconds(node.data.value * interval)}` : '') +
+    `, ${pct(total ? node.data.value / total : 0)} of total` + chainFrames(node.data.frames),
   details: $('details'),
   onSearch: text => { $('search-result').textContent = text },
   onFocus: node => {
     const path = flame.pathOf(node)
     update(p => p.set('focus', path), { push: false })
+    if (node.parent) {
+      update(p => p.set('function', node.data.name), { push: false })
+      showSeries($('series'), node.data.name, selectionParams(params()))
+      showSandwich($('sandwich'), node.data.name, selectionParams(params()))
+    }
   }
 })
 
 const table = sortableTable($('top'), [
-  { key: 'name', format: r => r.name, className: () => 'name' },
+  { key: 'name', format: r => shownName(r.name), className: () => 'name' },
   { key: 'self', format: r => count(r.self), className: () => 'num' },
   { key: 'self_share', format: r => pct(r.self_share), className: () => 'num' },
   { key: 'total', format: r => count(r.total), className: () => 'num' },
@@ -38,8 +65,8 @@ function focusFunction (name) {
 }
 
 function exportLinks (query) {
-  for (const format of ['folded', 'speedscope', 'pprof']) {
-    $(`export-${format}`).href = `${body.dataset.api}/${format}?${query}`
+  for (const format of ['folded', 'speedscope', 'pprof', 'gecko']) {
+    $(`export-${format}`).href = `${body.dataset.api}/export?format=${format}&${query}`
   }
 }
 
@@ -54,7 +81,18 @@ function render () {
     flame.clear('No samples in this window for these filters: widen the window or drop a filter.')
     return
   }
-  flame.draw(lastTree, { icicle: $('icicle').checked })
+  let tree = $('hide-waiting').checked ? withoutWaiting(lastTree) : lastTree
+  if ($('collapse-chains').checked) {
+    // In time order the time steps stay frames of their own; chains collapse below them.
+    tree = p.get('order') === 'time'
+      ? { ...tree, children: tree.children.map(step => collapseChains(step)) }
+      : collapseChains(tree)
+  }
+  if (!tree.value) {
+    flame.clear('Every sample of this window was waiting: untick "hide waiting" to see where.')
+    return
+  }
+  flame.draw(tree, { icicle: $('icicle').checked, order: $('order').value })
   if (p.get('search')) flame.search(p.get('search'))
   const focus = flame.findPath(p.get('focus'))
   if (focus) flame.zoomTo(focus)
@@ -66,26 +104,40 @@ async function load () {
   const query = selectionParams(p)
   $('search').value = p.get('search') || ''
   $('icicle').checked = p.get('icicle') === '1'
+  $('hide-waiting').checked = p.get('waiting') === 'hide'
+  $('collapse-chains').checked = p.get('chains') !== 'all'
+  $('order').value = ['heavy', 'time'].includes(p.get('order')) ? p.get('order') : 'name'
   exportLinks(query)
   showStatus('')
   body.dataset.state = 'loading'
   try {
     const graphParams = preloaded || graphQuery(p)
     preloaded = null
-    const graph = await api('flamegraph', graphParams)
+    const graph = p.get('order') === 'time'
+      ? inTimeOrder(await api('time-order', graphQuery(p)))
+      : await api('flamegraph', graphParams)
     if (ticket !== loading) return // a newer load started meanwhile
     // The graph is what people wait for: the timeline is asked for once the graph has come
     // (both would compete for the server), and drawn after the graph.
-    const timelineRequest = api('timeline', query)
+    const split = p.get('split')
+    const timelineRequest = api('timeline', split ? `${query}&split=${encodeURIComponent(split)}` : query)
     timelineRequest.catch(() => {}) // awaited below, unless drawing the graph fails first
     total = graph.total
+    interval = graph.interval || 0
     const pruned = graph.pruned_nodes
       ? `; ${count(graph.pruned_samples)} samples in ${graph.pruned_nodes} [pruned] frames (max_nodes=${graph.max_nodes})`
       : ''
     $('summary').textContent = `${count(graph.total)} samples, ${graph.nodes} frames, ` +
       `${graph.resolution} s buckets${pruned}`
     lastTree = graph.tree
+    showWindowRead(graph)
     render()
+    // A link may name a function (the findings page does): its share over time and sandwich.
+    const named = p.get('function')
+    if (named && total) {
+      showSeries($('series'), named, query)
+      showSandwich($('sandwich'), named, query)
+    }
     // Where benchmarks read the time from navigation to a drawn flamegraph.
     window.requestAnimationFrame(() => performance.mark('flamegraph-drawn'))
     const timeline = await timelineRequest
@@ -94,28 +146,123 @@ async function load () {
       update(q => { q.set('from', String(from)); q.set('to', String(to)); q.delete('focus') })
       load()
     })
+    splitLegend($('split-legend'), timeline, value => {
+      const key = timeline.split
+      update(q => {
+        if (['service', 'host', 'instance'].includes(key)) q.set(key, value)
+        else q.append('label', `${key}:${value}`)
+        q.delete('split'); q.delete('focus')
+      })
+      load()
+    })
     // The table comes second: the graph is what people wait for.
     const top = await api('top', query)
     if (ticket !== loading) return
-    table.set(top.functions, 'self')
+    functions = top.functions
+    showFunctions()
     body.dataset.state = 'ready'
-    refreshFilters(graph.selection)
+    refreshFilters(graph.selection).then(offerSplits)
   } catch (error) {
     if (ticket !== loading) return
     showStatus(error.message)
+    // Nothing stale stays on screen looking like an answer: the graph, its table and its
+    // summary make way for the error and what to do.
+    total = 0
+    lastTree = null
+    flame.clear(`${error.message}. Change the window or filters above, or reload the page.`)
+    table.set([])
+    $('summary').textContent = ''
+    $('window-read').replaceChildren()
     body.dataset.state = 'error'
     refreshFilters(null)
   }
 }
 
+// The window the server read, as an absolute link: the same graph whenever it is opened.
+function showWindowRead (graph) {
+  const seconds = graph.seconds === undefined ? '' : ` (${graph.seconds.toFixed(2)} s of ${graph.selection.mode} time)`
+  const { read_from: from, read_to: to } = graph.selection
+  const p = params()
+  p.set('from', isoTime(from))
+  p.set('to', isoTime(to))
+  const link = el('a', { id: 'permalink', href: `?${p}` }, 'link to this window')
+  $('window-read').replaceChildren(
+    `window read ${isoTime(from)} → ${isoTime(to)} (whole buckets), ` +
+      `${count(graph.total)} samples${seconds} · `, link)
+}
+
+// The time-ordered graph: its top frames are time steps, named in the page's time zone (the
+// names sort as the times do).
+function inTimeOrder (graph) {
+  for (const step of graph.tree.children) {
+    if (step.t !== null && step.t !== undefined) step.name = formatTime(step.t) // not [pruned]
+  }
+  graph.resolution = graph.step
+  return graph
+}
+
+// A graph redrawn to the page's width when the window is resized.
+let resizing = null
+window.addEventListener('resize', () => {
+  clearTimeout(resizing)
+  resizing = setTimeout(() => { if (lastTree && total) render() }, 150)
+})
+
 setupFilters(load)
+// The table beside the graph lists what the search matches (everything when it is empty).
+let functions = []
+function showFunctions () {
+  const pattern = compileSearch($('search').value)
+  table.set(pattern instanceof RegExp ? functions.filter(f => pattern.test(f.name)) : functions, 'self')
+}
+
 $('search').addEventListener('input', event => {
   flame.search(event.target.value)
+  showFunctions()
   update(p => p.set('search', event.target.value), { push: false })
+})
+// Keys: / searches, Esc resets the zoom (and leaves the search box).
+document.addEventListener('keydown', event => {
+  const typing = ['INPUT', 'SELECT', 'TEXTAREA'].includes(document.activeElement.tagName)
+  if (event.key === '/' && !typing) {
+    event.preventDefault()
+    $('search').focus()
+  } else if (event.key === 'Escape') {
+    if (typing) document.activeElement.blur()
+    flame.resetZoom()
+    update(p => p.delete('focus'), { push: false })
+  }
 })
 $('reset-zoom').addEventListener('click', () => {
   flame.resetZoom()
   update(p => p.delete('focus'), { push: false })
+})
+// The keys the timeline can be split by: service, host, instance and the window's labels.
+async function offerSplits () {
+  const select = $('split')
+  const current = params().get('split') || ''
+  const keys = ['service', 'host', 'instance', ...Object.keys(currentLabelValues()).filter(
+    k => !['service', 'host', 'instance'].includes(k)).sort()]
+  select.replaceChildren(new Option('nothing', ''), ...keys.map(k => new Option(k, k)))
+  select.value = keys.includes(current) ? current : ''
+}
+$('split').addEventListener('change', event => {
+  update(p => p.set('split', event.target.value), { push: false })
+  load()
+})
+$('hide-waiting').addEventListener('change', event => {
+  update(p => p.set('waiting', event.target.checked ? 'hide' : ''), { push: false })
+  if (lastTree && total) render()
+})
+$('collapse-chains').addEventListener('change', event => {
+  update(p => p.set('chains', event.target.checked ? '' : 'all'), { push: false })
+  if (lastTree && total) render()
+})
+$('order').addEventListener('change', event => {
+  const wasTime = params().get('order') === 'time'
+  update(p => p.set('order', event.target.value === 'name' ? '' : event.target.value), { push: false })
+  if (wasTime || event.target.value === 'time') { load(); return } // another graph from the server
+  if (lastTree && total) render()
 })
 $('icicle').addEventListener('change', event => {
   update(p => p.set('icicle', event.target.checked ? '1' : ''), { push: false })

@@ -1,6 +1,7 @@
 // A sortable table: click a header to sort by it, click a row to act on it.
 
 import { el } from './util.js'
+import { shownName } from './frames.js'
 
 // columns: [{ key, format(row) -> text, className(row) }]; rows: objects.
 export function sortableTable (table, columns, onRowClick) {
@@ -25,7 +26,7 @@ export function sortableTable (table, columns, onRowClick) {
     }
     const body = table.querySelector('tbody')
     body.replaceChildren(...sorted.map(row => {
-      const tr = el('tr', { title: row.name })
+      const tr = el('tr', typeof row.name === 'string' ? { title: shownName(row.name) } : {})
       for (const column of columns) {
         const className = column.className ? column.className(row) : ''
         tr.append(el('td', { className }, column.format(row)))
@@ -42,7 +43,7 @@ export function sortableTable (table, columns, onRowClick) {
   for (const th of headers) {
     th.addEventListener('click', () => {
       if (sortKey === th.dataset.key) descending = !descending
-      else { sortKey = th.dataset.key; descending = th.dataset.key !== 'name' }
+      else { sortKey = th.dataset.key; descending = th.dataset.key !== 'name' && th.dataset.order !== 'asc' }
       render()
     })
   }

@@ -30,16 +30,6 @@ export function count (n) { return Number(n).toLocaleString('en-US') }
 
 export function showStatus (message) { $('status').textContent = message || '' }
 
-// The wire format's escaping of a frame name, so a focus path in the URL is unambiguous.
-export function escapeFrame (name) {
-  return name.replace(/[%;\x00-\x1f\x7f]/g,
-    c => '%' + c.charCodeAt(0).toString(16).toUpperCase().padStart(2, '0'))
-}
-
-export function unescapeFrame (name) {
-  return name.replace(/%([0-9A-F]{2})/g, (_, hex) => String.fromCharCode(parseInt(hex, 16)))
-}
-
 export function regexEscape (text) { return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&') }
 
 // Reads a regex typed by a person; an invalid one is reported, not thrown.
@@ -48,6 +38,71 @@ export function compileSearch (term) {
   try { return new RegExp(term) } catch (error) { return error }
 }
 
+// One time zone for every time on every page: UTC unless the user chose their browser's own.
+const ZONE_KEY = 'fleetflame.timezone'
+export function timeZone () {
+  try { return window.localStorage.getItem(ZONE_KEY) === 'local' ? 'local' : 'UTC' } catch (error) { return 'UTC' }
+}
+export function setTimeZone (zone) {
+  try { window.localStorage.setItem(ZONE_KEY, zone === 'local' ? 'local' : 'UTC') } catch (error) {}
+}
+
+const two = n => String(n).padStart(2, '0')
+
+// The offset of the chosen zone at a moment, as +01:00 (+00:00 for UTC).
+function offset (date) {
+  if (timeZone() === 'UTC') return '+00:00'
+  const minutes = -date.getTimezoneOffset()
+  const sign = minutes < 0 ? '-' : '+'
+  return `${sign}${two(Math.floor(Math.abs(minutes) / 60))}:${two(Math.abs(minutes) % 60)}`
+}
+
+// The date and time parts of a moment in the chosen zone.
+function parts (date) {
+  return timeZone() === 'UTC'
+    ? [date.getUTCFullYear(), date.getUTCMonth() + 1, date.getUTCDate(), date.getUTCHours(), date.getUTCMinutes(), date.getUTCSeconds()]
+    : [date.getFullYear(), date.getMonth() + 1, date.getDate(), date.getHours(), date.getMinutes(), date.getSeconds()]
+}
+
+// An epoch second as people read it, in the chosen zone, with the zone: 2026-11-25 01:00:00 UTC.
 export function formatTime (epoch) {
-  return new Date(epoch * 1000).toISOString().replace('.000Z', 'Z').replace('T', ' ')
+  const date = new Date(epoch * 1000)
+  const [y, mo, d, h, mi, s] = parts(date)
+  const zone = timeZone() === 'UTC' ? 'UTC' : `UTC${offset(date)}`
+  return `${y}-${two(mo)}-${two(d)} ${two(h)}:${two(mi)}:${two(s)} ${zone}`
+}
+
+// An epoch second as ISO 8601 in the chosen zone with its offset (what the inputs show).
+export function inputTime (epoch) {
+  const date = new Date(epoch * 1000)
+  const [y, mo, d, h, mi, s] = parts(date)
+  return `${y}-${two(mo)}-${two(d)}T${two(h)}:${two(mi)}:${two(s)}${offset(date)}`
+}
+
+// A d3 time scale in the chosen zone (needs d3 loaded).
+export function timeScale () {
+  return timeZone() === 'UTC' ? window.d3.scaleUtc() : window.d3.scaleTime()
+}
+
+// An epoch second as ISO 8601 in UTC with its offset written out: 2026-11-25T01:00:00+00:00.
+export function isoTime (epoch) {
+  return new Date(epoch * 1000).toISOString().replace('.000Z', '+00:00')
+}
+
+// The time zone control in the page header: the choice is kept and the page redrawn in it.
+export function wireTimeZone () {
+  const zone = document.getElementById('timezone')
+  if (!zone) return
+  zone.value = timeZone()
+  zone.addEventListener('change', () => { setTimeZone(zone.value); window.location.reload() })
+}
+
+// The button that shows the window and filters on a phone, where they are folded away.
+export function wireFiltersToggle () {
+  const button = document.getElementById('filters-toggle')
+  if (!button) return
+  button.addEventListener('click', () => {
+    const shown = document.body.classList.toggle('show-filters')
+    button.setAttribute('aria-expanded', String(shown))
+  })
 }

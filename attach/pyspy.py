@@ -1,0 +1,145 @@
+"""py-spy, as ``fleetflame attach`` uses it: its raw output in the wire format's frame names,
+which permission it lacks when it cannot attach, and finding the process to read.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from collector.logs import log_event
+from sampler.profile import escape_frame
+
+__all__ = [
+    "EXIT_DENIED",
+    "EXIT_GONE",
+    "AttachError",
+    "convert_frame",
+    "convert_raw",
+    "find_process",
+    "permission_help",
+    "process_start_time",
+]
+
+log = logging.getLogger("attach")
+
+EXIT_DENIED = 3
+EXIT_GONE = 4
+
+_PYSPY_FRAME = re.compile(r"^(?P<name>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
+
+
+class AttachError(Exception):
+    """py-spy could not profile the process; ``exit_code`` says why (3: denied, 4: gone)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _module_of(filename: str) -> str:
+    """Turns py-spy's short filename (``json/encoder.py``) into a module name (``json.encoder``)."""
+    name = filename.replace("\\", "/")
+    for suffix in (".py", ".pyx", ".pyc"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    name = name.strip("/").replace("/", ".")
+    if name.endswith(".__init__"):
+        name = name[: -len(".__init__")]
+    return name or "?"
+
+
+def convert_frame(frame: str) -> str:
+    """Converts a py-spy frame ``qualname (file.py:12)`` to the wire format's ``module:qualname``."""
+    match = _PYSPY_FRAME.match(frame)
+    if match is None:
+        return escape_frame(frame)  # "process 12:..." and native frames: kept as they are
+    return escape_frame(f"{_module_of(match['file'])}:{match['name']}")
+
+
+def convert_raw(text: str) -> dict[str, int]:
+    """Parses py-spy's raw (folded) output into folded counts in the wire format's frame names."""
+    counts: dict[str, int] = {}
+    for line in text.splitlines():
+        stack, sep, count_text = line.strip().rpartition(" ")
+        if not sep or not stack or not count_text.isdigit():
+            continue
+        folded = ";".join(convert_frame(frame) for frame in stack.split(";"))
+        counts[folded] = counts.get(folded, 0) + int(count_text)
+    return counts
+
+
+def _ptrace_scope() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/yama/ptrace_scope").read_text().strip()
+    except OSError:
+        return None
+
+
+def permission_help(pid: int, stderr: str = "") -> str:
+    """Explains which permission py-spy lacks to read ``pid`` and how to grant it."""
+    scope = _ptrace_scope()
+    scope_text = {
+        None: "the Yama LSM is not enabled",
+        "0": "kernel.yama.ptrace_scope = 0 (any process of the same user)",
+        "1": "kernel.yama.ptrace_scope = 1 (only descendants, unless CAP_SYS_PTRACE)",
+        "2": "kernel.yama.ptrace_scope = 2 (only with CAP_SYS_PTRACE)",
+        "3": "kernel.yama.ptrace_scope = 3 (ptrace disabled entirely, until reboot)",
+    }.get(scope, f"kernel.yama.ptrace_scope = {scope}")
+    detail = stderr.strip().splitlines()[0] if stderr.strip() else ""
+    return (
+        f"permission denied: py-spy cannot read process {pid} ({detail or 'ptrace refused'}). "
+        "py-spy uses ptrace, which needs one of: running as root; the CAP_SYS_PTRACE capability "
+        "(docker run --cap-add SYS_PTRACE; Kubernetes securityContext.capabilities.add: "
+        '["SYS_PTRACE"]); or running as the same user as the process with '
+        f"kernel.yama.ptrace_scope = 0 (sysctl -w kernel.yama.ptrace_scope=0). Here: {scope_text}, "
+        f"running as uid {os.getuid()}."
+    )
+
+
+def find_process(pattern: str, *, exclude: Iterable[int] = ()) -> int | None:
+    """Returns the oldest process whose command line matches ``pattern`` (a regex), if any."""
+    regex = re.compile(pattern)
+    skip = {os.getpid(), os.getppid(), *exclude}
+    found: list[tuple[int, int]] = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) in skip:
+            continue
+        try:
+            raw = Path(entry.path, "cmdline").read_bytes()
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue
+        cmdline = raw.replace(b"\x00", b" ").decode("utf-8", "replace").strip()
+        if not cmdline or "py-spy" in cmdline or not regex.search(cmdline):
+            continue
+        start_ticks = int(stat.rsplit(")", 1)[1].split()[19])
+        found.append((start_ticks, int(entry.name)))
+    if len(found) > 1:
+        log_event(
+            log,
+            logging.WARNING,
+            "several processes match; attaching to the oldest",
+            pattern=pattern,
+            pids=",".join(str(pid) for _, pid in sorted(found)),
+        )
+    return min(found)[1] if found else None
+
+
+def process_start_time(pid: int) -> float:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = next(
+            float(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, StopIteration, ValueError, IndexError):
+        return time.time()

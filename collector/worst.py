@@ -1,0 +1,322 @@
+"""Worst cases: each target's stalls and slow requests, polled and stored (issue 16).
+
+Every ``worst_interval`` seconds, apart from the sample rounds (a slow target delays nothing
+but this job), each target's ``/stalls.json?since=N`` and ``/requests.json`` are read. A stall
+is stored once, keyed by its sampler instance and id. Request figures are cumulative per
+sampler series (docs/wire-format.md): what each route added since the last read (its count,
+errors, the bins of its latency, queueing and total sketches, its slowest 1%'s stacks, its
+slowest requests not seen before) is stored in the minute of the read. A worker without the
+endpoints (404: an older sampler, no middleware) is skipped quietly; anything malformed is
+logged and skipped, never stored.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import requests
+import sqlalchemy as sa
+
+from collector.logs import log_event
+from collector.store import schema
+from collector.store.engines.base import translate_errors
+from collector.store.ids import event_id
+from collector.targets import Target
+from sampler._sketch import Sketch, SketchError
+from sampler.profile import align_down
+
+__all__ = ["WorstCases", "sketch_delta"]
+
+log = logging.getLogger("collector.worst")
+
+SKETCHES = ("latency", "queue", "total")
+# Bounds on what one read may add: the sampler keeps 500 stalls, 200 routes, 50 stacks a stall.
+MAX_STALLS = 500
+MAX_ROUTES = 200
+MAX_BYTES = 8_000_000
+
+
+class BadDocument(ValueError):
+    """A document that is not what the sampler serves."""
+
+
+class WorstCases:
+    """Polls and stores the targets' stalls and request figures."""
+
+    def __init__(
+        self,
+        store: Any,
+        *,
+        bucket_seconds: int = 60,
+        concurrency: int = 8,
+        timeout: tuple[float, float] = (2.0, 5.0),
+        token: str = "",
+        lock: Any = None,
+    ) -> None:
+        self.store = store
+        self.bucket_seconds = bucket_seconds
+        self.timeout = timeout
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="fleetflame-worst")
+        self._local = threading.local()
+        self._lock = lock or threading.Lock()  # the store's writer lock (SQLite: one writer)
+        # target address -> (instance, the stall id to read after)
+        self._stalls_next: dict[str, tuple[str, int]] = {}
+        # target address -> (series, route -> its last cumulative document)
+        self._requests_seen: dict[str, tuple[str, dict[str, dict[str, Any]]]] = {}
+
+    def poll(self, targets: Sequence[Target], now: float) -> dict[str, int]:
+        """Reads every target once and stores what is new; returns what was stored."""
+        results = list(self._pool.map(self._read, targets))
+        stalls = [row for rows, _ in results for row in rows]
+        buckets = [row for _, rows in results for row in rows]
+        bucket = align_down(int(now), self.bucket_seconds)
+        for row in buckets:
+            row["bucket"] = bucket
+        with self._lock, translate_errors("writing worst cases"):
+            with self.store.engine.write_transaction() as conn:
+                self.store.engine.insert_ignore(conn, schema.stall_events, stalls)
+                self._add_buckets(conn, buckets)
+        return {"stalls": len(stalls), "request_buckets": len(buckets)}
+
+    def apply_retention(self, before: float) -> None:
+        """Deletes what is older than ``before`` (epoch seconds)."""
+        with self._lock, translate_errors("expiring worst cases"):
+            with self.store.engine.write_transaction() as conn:
+                conn.execute(
+                    schema.stall_events.delete().where(schema.stall_events.c.start < before)
+                )
+                table = schema.request_buckets
+                conn.execute(table.delete().where(table.c.bucket < int(before)))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # Reading one target ---------------------------------------------------------------------
+
+    def _read(self, target: Target) -> tuple[list[dict], list[dict]]:
+        stalls: list[dict] = []
+        buckets: list[dict] = []
+        for name, read in (("stalls", self._stall_rows), ("requests", self._request_rows)):
+            try:
+                (stalls if name == "stalls" else buckets).extend(read(target))
+            except requests.RequestException as exc:
+                log.debug("worst cases: %s of %s: %s", name, target.address, exc)
+            except (BadDocument, SketchError, ValueError, TypeError, KeyError) as exc:
+                log_event(
+                    log,
+                    logging.WARNING,
+                    f"worst cases: a malformed /{name}.json, skipped",
+                    target=target.address,
+                    error=str(exc)[:200],
+                )
+        return stalls, buckets
+
+    def _get(self, target: Target, path: str) -> Any:
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = requests.Session()
+        answer = session.get(
+            f"http://{target.address}{path}", headers=self._headers, timeout=self.timeout
+        )
+        if answer.status_code == 404:
+            return None
+        answer.raise_for_status()
+        if len(answer.content) > MAX_BYTES:
+            raise BadDocument(f"larger than {MAX_BYTES} bytes")
+        return answer.json()
+
+    def _stall_rows(self, target: Target) -> list[dict]:
+        instance, after = self._stalls_next.get(target.address, ("", 0))
+        document = self._get(target, f"/stalls.json?since={after}")
+        if document is None:
+            return []
+        if not isinstance(document, dict) or not isinstance(document.get("stalls"), list):
+            raise BadDocument("no stalls list")
+        read_instance = _text(document.get("instance"), "instance")
+        if read_instance != instance and after:  # a new process: its ids start over
+            document = self._get(target, "/stalls.json?since=0") or document
+        labels = _labels(document)
+        rows = [
+            _stall_row(stall, read_instance, labels) for stall in document["stalls"][:MAX_STALLS]
+        ]
+        self._stalls_next[target.address] = (read_instance, int(document["next"]) - 1)
+        return rows
+
+    def _request_rows(self, target: Target) -> list[dict]:
+        document = self._get(target, "/requests.json")
+        if document is None:
+            return []
+        if not isinstance(document, dict) or not isinstance(document.get("routes"), dict):
+            raise BadDocument("no routes object")
+        series = _text(document.get("series"), "series")
+        instance = _text(document.get("instance") or series, "instance")
+        labels = _labels(document)
+        seen_series, seen = self._requests_seen.get(target.address, ("", {}))
+        if seen_series != series:
+            seen = {}  # a new process or fork: everything it counted is new
+        rows, current = [], {}
+        for route, part in list(document["routes"].items())[:MAX_ROUTES]:
+            if not isinstance(part, dict):
+                raise BadDocument(f"route {route[:60]!r} is not an object")
+            current[route] = part
+            row = _route_delta(part, seen.get(route))
+            if row is not None:
+                row.update(
+                    instance=instance,
+                    route=_text(route, "route"),
+                    service=labels.get("service", ""),
+                    host=labels.get("host", target.host),
+                )
+                rows.append(row)
+        self._requests_seen[target.address] = (series, current)
+        return rows
+
+    # Writing -------------------------------------------------------------------------------
+
+    def _add_buckets(self, conn: sa.Connection, rows: list[dict]) -> None:
+        """Adds rows to request_buckets, merging with a row of the same key (two reads in one
+        minute)."""
+        table = schema.request_buckets
+        for row in rows:
+            key = (
+                (table.c.bucket == row["bucket"])
+                & (table.c.instance == row["instance"])
+                & (table.c.route == row["route"])
+            )
+            old = conn.execute(sa.select(table).where(key)).mappings().first()
+            if old is None:
+                conn.execute(table.insert(), [row])
+                continue
+            merged = merge_bucket_rows(dict(old), row)
+            conn.execute(table.update().where(key).values(**merged))
+
+
+def merge_bucket_rows(old: dict, new: dict) -> dict:
+    """The row of what two request rows of one bucket, instance and route hold together."""
+    sketches_old, sketches_new = json.loads(old["sketches"]), json.loads(new["sketches"])
+    sketches = {}
+    for name in SKETCHES:
+        merged = Sketch.from_document(sketches_old[name])
+        merged.merge(Sketch.from_document(sketches_new[name]))
+        sketches[name] = merged.document()
+    slow_old, slow_new = json.loads(old["slow"]), json.loads(new["slow"])
+    stacks = dict(slow_old["stacks"])
+    for stack, weight in slow_new["stacks"].items():
+        stacks[stack] = stacks.get(stack, 0) + weight
+    slowest = sorted(slow_old["slowest"] + slow_new["slowest"], key=lambda r: -r["duration"])
+    return {
+        "count": old["count"] + new["count"],
+        "errors": old["errors"] + new["errors"],
+        "sketches": json.dumps(sketches),
+        "slow": json.dumps(
+            {
+                "count": slow_old["count"] + slow_new["count"],
+                "stacks": stacks,
+                "slowest": slowest[:5],
+            }
+        ),
+    }
+
+
+def sketch_delta(current: Sketch, before: Sketch | None) -> Sketch:
+    """What was added to ``current`` since ``before`` (an earlier read of the same sketch)."""
+    if before is None:
+        return current
+    delta = Sketch(current.alpha, current.min_value, current.max_bins)
+    for index, count in current.bins.items():
+        added = count - before.bins.get(index, 0)
+        if added > 0:
+            delta.bins[index] = added
+    delta.zero = max(0, current.zero - before.zero)
+    delta.count = max(0, current.count - before.count)
+    delta.sum = max(0.0, current.sum - before.sum)
+    delta.max = (
+        current.max
+        if current.max > before.max
+        else (delta.value_of(max(delta.bins)) if delta.bins else 0.0)
+    )
+    return delta
+
+
+def _route_delta(part: dict, before: dict | None) -> dict | None:
+    count = int(part["count"]) - (int(before["count"]) if before else 0)
+    if count <= 0:
+        return None
+    sketches = {}
+    for name in SKETCHES:
+        current = Sketch.from_document(part[name])
+        previous = Sketch.from_document(before[name]) if before else None
+        sketches[name] = sketch_delta(current, previous).document()
+    slow = part.get("slow") or {"count": 0, "stacks": {}}
+    slow_before = (before or {}).get("slow") or {"count": 0, "stacks": {}}
+    stacks = {}
+    for stack, weight in dict(slow["stacks"]).items():
+        added = float(weight) - float(slow_before["stacks"].get(stack, 0))
+        if added > 0:
+            stacks[_text(stack, "stack")] = round(added, 2)
+    seen_ids = {r["id"] for r in (before or {}).get("slowest", [])}
+    slowest = [r for r in part.get("slowest", []) if r.get("id") not in seen_ids]
+    return {
+        "count": count,
+        "errors": max(0, int(part.get("errors", 0)) - int((before or {}).get("errors", 0))),
+        "sketches": json.dumps(sketches),
+        "slow": json.dumps(
+            {
+                "count": max(0, int(slow["count"]) - int(slow_before["count"])),
+                "stacks": stacks,
+                "slowest": slowest[:5],
+            }
+        ),
+    }
+
+
+def _stall_row(stall: Any, instance: str, labels: dict[str, str]) -> dict:
+    if not isinstance(stall, dict):
+        raise BadDocument("a stall is not an object")
+    stacks = stall.get("stacks") or {}
+    wall = {_text(s, "stack"): int(c) for s, c in dict(stacks.get("wall") or {}).items()}
+    cpu = {_text(s, "stack"): float(c) for s, c in dict(stacks.get("cpu") or {}).items()}
+    duration, start = float(stall["duration"]), float(stall["start"])
+    if not (0 <= duration < 86400 * 7 and 0 < start < 1e11):
+        raise BadDocument(f"a stall of {duration!r} s at {start!r}")
+    return {
+        "id": event_id(instance, int(stall["id"])),
+        "start": start,
+        "duration": duration,
+        "service": labels.get("service", ""),
+        "host": labels.get("host", ""),
+        "instance": instance,
+        "kind": _text(stall["kind"], "kind")[:16],
+        "thread": _text(stall.get("thread", "?"), "thread"),
+        "what": _text(stall.get("what", ""), "what"),
+        "stacks": json.dumps({"wall": wall, "cpu": cpu}),
+    }
+
+
+def _labels(document: dict) -> dict[str, str]:
+    labels = document.get("labels") or {}
+    if not isinstance(labels, dict):
+        raise BadDocument("labels is not an object")
+    return {str(k)[:200]: str(v)[:200] for k, v in labels.items()}
+
+
+def _text(value: Any, what: str, limit: int = 10_000) -> str:
+    if not isinstance(value, str) or len(value) > limit:
+        raise BadDocument(f"{what} is not a string of at most {limit} characters")
+    return value
+
+
+def stall_stacks(rows: Iterable[Any]) -> dict[str, float]:
+    """The folded stacks of stall rows merged: wall reads, or CPU samples where a stall has none."""
+    merged: dict[str, float] = {}
+    for row in rows:
+        stacks = json.loads(row.stacks)
+        for stack, weight in (stacks["wall"] or stacks["cpu"]).items():
+            merged[stack] = merged.get(stack, 0) + weight
+    return merged

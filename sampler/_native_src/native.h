@@ -1,0 +1,229 @@
+/* fleetflame's native sampling engine: declarations shared by its parts.
+ *
+ * A signal on the thread that spent the time (a per-thread CPU timer in cpu mode, a signal
+ * from the wall thread in wall mode) walks that thread's Python frames into a preallocated
+ * ring of records: code objects, functions and frame objects as raw pointers, no allocation,
+ * no lock. The drain, under the GIL, turns records into stacks of interned frame names. A
+ * pointer read in a handler may belong to an object freed before the drain sees it: the
+ * dealloc watch (freed.c) says which, so the drain never touches a freed object.
+ *
+ * The frame layout is CPython 3.11's (internal/pycore_frame.h); the extension is built for
+ * that version only.
+ */
+#ifndef FLEETFLAME_NATIVE_H
+#define FLEETFLAME_NATIVE_H
+
+#define PY_SSIZE_T_CLEAN
+#define Py_BUILD_CORE_MODULE 1
+#include <Python.h>
+
+#include <setjmp.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* -- records (ring.c) ------------------------------------------------------------------- */
+
+enum { REC_EMPTY = 0, REC_READY = 1, REC_SKIP = 2 };
+enum { FLAG_TRUNCATED = 1, FLAG_WAITING = 2, FLAG_REPEAT = 4, FLAG_ENTRY = 8, FLAG_EXIT = 16 };
+/* Wall mode: the share of the interval the thread spent on a CPU, in thousandths, in the
+ * flags' upper half (the rest of its wall time it waited, for a core or otherwise). */
+#define FLAG_ON_CPU_SHIFT 16
+/* Wall mode: what a thread read waiting waits on (wait_reason), in the flags' second byte. */
+#define FLAG_REASON_SHIFT 8
+#define FLAG_REASON(flags) (((flags) >> FLAG_REASON_SHIFT) & 0xffu)
+
+typedef struct {
+    _Atomic uint32_t state; /* written last by the producer, read first by the drain */
+    uint32_t size;          /* bytes, this head included; a multiple of 8 */
+    uint32_t depth;         /* frames that follow, leaf first */
+    uint32_t flags;
+    uint64_t weight;        /* in sampling intervals */
+    uint64_t code_seq;      /* the dealloc watch's counts when the walk began */
+    uint64_t function_seq;
+    uint64_t ident;         /* the sampled thread's pthread_t */
+    uint64_t tag_time;      /* the tag clock when it was taken (see tag_clock) */
+    uint64_t time_ns;       /* CLOCK_MONOTONIC when it was taken */
+} record_head;
+
+typedef struct {
+    void *code;      /* PyCodeObject * */
+    void *func;      /* PyFunctionObject *: its globals name the module */
+    void *frame_obj; /* PyFrameObject *, or NULL: sampler.tag() labels frame objects */
+    int64_t lasti;   /* code units into the bytecode, for line numbers */
+} record_frame;
+
+typedef struct {
+    _Atomic uint64_t head; /* bytes reserved, ever */
+    _Atomic uint64_t tail; /* bytes released by the drain, ever */
+    uint64_t capacity;     /* a power of two */
+    unsigned char *data;
+} ring_t;
+
+int ring_init(ring_t *ring, uint64_t capacity);
+void ring_free(ring_t *ring);
+void ring_reset(ring_t *ring);
+record_head *ring_reserve(ring_t *ring, uint32_t size);
+void ring_commit(record_head *record, uint32_t state);
+/* Calls visit on every ready record in order, up to the first one still being written, and
+ * releases their space; returns how many it visited, or -1 when visit failed. */
+Py_ssize_t ring_consume(ring_t *ring, int (*visit)(record_head *, void *), void *arg);
+
+/* -- fault guard (guard.c) --------------------------------------------------------------- */
+
+/* The jump buffer of the walk running on this thread, if any: a SIGSEGV or SIGBUS raised
+ * while it is set jumps back to the walk instead of killing the host. Initial-exec TLS: no
+ * allocation on first use, so it is safe in a signal handler. */
+extern __thread sigjmp_buf *guard_jump __attribute__((tls_model("initial-exec")));
+
+int guard_install(void);
+/* Whether SIGSEGV and SIGBUS are still the guard's (someone may have replaced it). */
+int guard_is_ours(void);
+/* Called after a fault jumped out of a walk: unblocks the fault signals. */
+void guard_recovered(void);
+
+/* -- freed objects (freed.c) --------------------------------------------------------------- */
+
+int freed_watch(void);
+void freed_unwatch(void);
+/* After a drain: frees the code objects that died before the previous one (``last``: all). */
+void freed_drained(int last);
+uint64_t freed_code_count(void);
+uint64_t freed_function_count(void);
+/* Whether the object at ``ptr`` was freed at or after count ``since`` of its log; freed too
+ * long ago to be remembered counts as freed. */
+int freed_code_since(const void *ptr, uint64_t since);
+int freed_function_since(const void *ptr, uint64_t since);
+/* Forgets the lookups built for one drain (the next one builds them again if it needs them). */
+void freed_release(void);
+
+/* -- the walk and the signal handler (walk.c) ---------------------------------------------- */
+
+typedef struct {
+    _Atomic uint64_t samples;    /* records written */
+    _Atomic uint64_t weight;     /* intervals they stand for */
+    _Atomic uint64_t dropped;    /* intervals lost: the ring was full */
+    _Atomic uint64_t faults;     /* walks a fault cut short */
+    _Atomic uint64_t torn;       /* intervals whose walk met a frame that did not hold */
+    _Atomic uint64_t no_python;  /* intervals on a thread with no Python state */
+    _Atomic uint64_t handler_ns; /* time spent in handlers and walks */
+    _Atomic uint64_t signals;    /* signals handled */
+} engine_stats;
+
+extern engine_stats stats;
+extern ring_t ring;
+extern _Atomic int engine_active;
+extern _Atomic int handlers_running; /* handlers past their first check, now */
+#define MAX_HIDDEN_CODES 32
+extern PyObject *hidden_codes[MAX_HIDDEN_CODES]; /* code objects whose frames walks leave out */
+extern _Atomic int hidden_count;
+extern int engine_wall;
+extern uint32_t engine_max_depth;
+/* Ticks whenever sampler.tag() opens or closes a tag: a record drained later is labelled with
+ * the tags that were open when it was taken. */
+extern _Atomic uint64_t tag_clock;
+
+/* The wall thread's signal carries, in si_value: this magic, the weight in intervals, what
+ * the thread was blocked in when it was signalled (wait_reason, read only for a thread that
+ * waited part of its interval) and the thousandths of the interval it spent on a CPU. */
+#define WALL_MAGIC 0x5f1aUL
+#define WALL_VALUE(weight, reason, on_cpu)                                                   \
+    ((void *)(uintptr_t)((WALL_MAGIC << 48) | ((uint64_t)(weight) << 16) |                   \
+                         ((uint64_t)(reason) << 10) | (on_cpu)))
+#define WALL_WEIGHT(value) (((uintptr_t)(value) >> 16) & 0xffffffffu)
+#define WALL_REASON(value) ((uint32_t)((uintptr_t)(value) >> 10) & 0x3fu)
+#define WALL_ON_CPU(value) ((uint32_t)((uintptr_t)(value) & 0x3ffu))
+#define IS_WALL_VALUE(value) (((uintptr_t)(value) >> 48) == WALL_MAGIC)
+
+int handler_install(void);
+/* Whether SIGPROF is still handled by the engine (someone may have replaced it). */
+int handler_is_ours(void);
+/* Records the stack of ``tstate`` (stable: the caller is its thread, or holds the GIL). */
+int record_stack(PyThreadState *tstate, uint64_t weight, uint32_t flags, uint64_t ident);
+/* A thread waited on where it was last read waiting (wall mode). */
+int record_repeat(uint64_t weight, uint64_t ident);
+/* A thread ended with ``weight`` intervals of CPU not yet counted. */
+int record_exit(uint64_t weight, uint64_t ident);
+uint64_t monotonic_ns(void);
+
+/* -- threads: timers and the wall thread (threads.c) ------------------------------------- */
+
+int threads_init(void);
+void threads_after_fork(void);
+int threads_add(unsigned long ident, pid_t tid);
+/* Registers the calling thread, which also counts its last expiries when it ends. */
+int threads_add_current(void);
+/* From the handler: a timer of slot ``slot_address`` expired; returns 0 if it is no slot. */
+uint64_t threads_count_fired(void *slot_address, uint64_t expiries, unsigned long self);
+uint64_t threads_interval_ns(void);
+void threads_remove(unsigned long ident);
+int threads_pause(unsigned long ident, int paused);
+/* Keeps one slot per live Python thread of the main interpreter, except ``excluded``; returns
+ * the set of their idents (a new reference), or NULL with an exception set. */
+PyObject *threads_sync(PyObject *excluded);
+int threads_set_interval(uint64_t interval_ns);
+/* Stops (or restarts) every timer and the wall thread's signals: while a tracer such as py-spy
+ * pauses threads, a signal arriving at that moment makes it lose track (benfred/py-spy#565). */
+int threads_pause_all(int paused);
+/* wall mode: writes the waiting intervals kept back, so a reader sees them now. */
+void threads_flush_repeats(void);
+void threads_clear(void);
+Py_ssize_t threads_count(void);
+uint64_t threads_timer_failures(void);
+int wall_start(void);
+void wall_stop(void);
+unsigned long wall_ident(void);
+
+/* -- what a waiting thread waits on (waits.c) ------------------------------------------- */
+
+/* In the order of sampler/_waits.py's REASONS. */
+enum {
+    REASON_UNKNOWN = 0,
+    REASON_LOCK,
+    REASON_GIL,
+    REASON_SLEEP,
+    REASON_POLL,
+    REASON_SOCKET,
+    REASON_PIPE,
+    REASON_FILE,
+    REASON_ACCEPT,
+    REASON_CONNECT,
+    REASON_CHILD,
+    REASON_OTHER,
+    REASON_COUNT
+};
+/* What thread ``tid`` of this process is blocked in, from the system call it is in. */
+int wait_reason(pid_t tid);
+
+/* -- counting into the sampler's table (count.c) ------------------------------------------ */
+
+typedef struct {
+    PyObject *counts, *touched, *residues; /* dicts of the table, keyed by (label, stack) */
+    PyObject *generation;                  /* the table's generation, an int */
+    PyObject *other;                       /* the [other] stack, a tuple */
+    Py_ssize_t max_stacks;
+    uint64_t random;
+} count_sink;
+
+/* Adds ``weight`` intervals to the count of ``key``; returns the whole samples added, or -1
+ * with an exception set. */
+long long count_add(count_sink *sink, PyObject *key, double weight);
+
+/* -- frame names (codemap.c) ---------------------------------------------------------------- */
+
+typedef struct {
+    const void *code; /* the key: code object and instruction (-1 without line numbers) */
+    int64_t lasti;
+    PyObject *ref;    /* a strong reference to the code object: its address stays its own */
+    PyObject *name;   /* the interned frame name's id, an int */
+    uint64_t learned; /* the dealloc watch's count when it was learned */
+} code_entry;
+
+code_entry *codemap_get(const void *code, int64_t lasti);
+code_entry *codemap_put(const void *code, int64_t lasti, PyObject *ref, PyObject *name,
+                        uint64_t learned);
+void codemap_clear(void);
+Py_ssize_t codemap_size(void);
+
+#endif

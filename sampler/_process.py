@@ -1,0 +1,129 @@
+"""The process's one sampler: ``start()``, ``stop()``, ``running()``, ``start_from_env()``.
+
+At most one sampler runs per process. It survives ``fork()``: the child starts over with fresh
+counts, a new instance id, its own timer and its own endpoint (gunicorn's ``preload_app``);
+with ``follow_fork`` off it stops in the child.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+
+from . import _settings
+from ._core import Sampler, SamplerError
+from ._log import log
+
+TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any
+
+_running: Sampler | None = None
+_start_lock = threading.Lock()
+_fork_hooks_installed = False
+
+
+def start(**overrides: Any) -> Sampler:
+    """Starts sampling and the HTTP endpoint; returns the running Sampler (the same one twice)."""
+    global _running, _fork_hooks_installed
+    with _start_lock:
+        if _running is not None:
+            return _running
+        settings = _settings.resolve(overrides)
+        _check_bounds(settings)
+        host, token = settings["host"], settings["token"]
+        if (
+            settings["port"] is not None
+            and not token
+            and host not in ("127.0.0.1", "localhost", "::1")
+        ):
+            raise _settings.ConfigError(
+                f"binding the sampler endpoint to {host!r} exposes stack traces: set a token "
+                "(token=... or FLEETFLAME_TOKEN) or bind to 127.0.0.1"
+            )
+        sampler = Sampler(settings)
+        sampler.start()
+        _running = sampler
+        if not _fork_hooks_installed:
+            os.register_at_fork(
+                before=_before_fork,
+                after_in_parent=_after_fork_parent,
+                after_in_child=_after_fork_child,
+            )
+            atexit.register(stop)
+            _fork_hooks_installed = True
+        return sampler
+
+
+# Beyond these the engines cannot work: a timer of under 0.1 ms, an interval a budget stretch
+# could not express, a stack record larger than the native engine's ring.
+_BOUNDS = {"interval": (0.0001, 3600.0), "max_depth": (1, 4096)}
+
+
+def _check_bounds(settings: dict[str, Any]) -> None:
+    for name, (low, high) in _BOUNDS.items():
+        if not low <= settings[name] <= high:
+            raise _settings.ConfigError(
+                f"{name} must be from {low:g} to {high:g}, got {settings[name]!r}"
+            )
+
+
+def stop() -> None:
+    """Stops the running sampler, if any, restoring any previous signal handler."""
+    global _running
+    with _start_lock:
+        sampler, _running = _running, None
+    if sampler is not None:
+        sampler.stop()
+
+
+def running() -> Sampler | None:
+    """Returns the running sampler, or None."""
+    return _running
+
+
+def start_from_env() -> Sampler | None:
+    """Starts the sampler if FLEETFLAME_PORT or FLEETFLAME_ENABLE is set; never raises."""
+    if not (
+        os.environ.get("FLEETFLAME_PORT")
+        or _settings.parse_bool(os.environ.get("FLEETFLAME_ENABLE", "0"))
+    ):
+        return None
+    try:
+        return start()
+    except (SamplerError, _settings.ConfigError) as exc:
+        log.warning("fleetflame sampler not started: %s", exc)
+        return None
+
+
+def _before_fork() -> None:
+    sampler = _running
+    if sampler is not None:
+        # The child must not inherit the lock taken, nor counts half copied.
+        sampler._lock.acquire()
+
+
+def _after_fork_parent() -> None:
+    sampler = _running
+    if sampler is not None:
+        sampler._lock.release()
+
+
+def _after_fork_child() -> None:
+    global _running
+    sampler = _running
+    if sampler is None:
+        return
+    try:
+        if sampler.settings["follow_fork"]:
+            sampler.after_fork_in_child()
+        else:
+            _running = None
+            sampler._lock = threading.Lock()
+            # The parent's engine state (its timers, threads, locks) is not the child's.
+            sampler.engine.after_fork_in_child()
+            sampler.stop()
+    except Exception:  # noqa: BLE001 - never break the host's fork
+        log.exception("fleetflame sampler: could not restart after fork; sampling stopped")
+        _running = None

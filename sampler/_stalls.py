@@ -1,0 +1,397 @@
+"""Stalls: what kept a thread from answering, when, for how long, and what it was doing.
+
+Three kinds, watched from the moment the sampler starts, with no change to the host's code:
+
+- ``event-loop``: an asyncio callback (a task step, a protocol callback) that ran longer than
+  the threshold: nothing else on that loop ran meanwhile.
+- ``request``: a WSGI server's worker (gunicorn's sync and gthread workers, werkzeug, wsgiref,
+  waitress) busy with one request for longer than the request threshold.
+- ``gil``: the GIL held so long that the watcher thread, taking it back after short sleeps,
+  waited longer than the threshold (C code that never lets it go: a big regex, a sort).
+
+Callbacks and requests are timed exactly, by wrapping ``asyncio.events.Handle._run`` and the
+servers' request handling methods once their modules are loaded: two clock reads each (uvloop's
+handles are not seen). The wrappers share one code object, which the engines leave out of every
+walk, so no profile shows them. The watcher wakes every period (25 ms: a shorter hold of the
+GIL than its threshold plus a period can go unseen; each wake-up costs 50-80 us of CPU on this
+machine's VM, so about 0.3% of a CPU, measured by bench/bench_middleware.py) and reads the
+stack of every thread whose call is within a period of its threshold or past it (``wall``
+samples: a thread blocked in a system call uses no CPU, so only these show where it waits), so
+a stall has at least one; when it ends, the engine's CPU samples of the same thread over the
+same time are added from its recent history (``cpu``; the native engine keeps one). Stalls are
+kept in a bounded ring and served worst first (``/stalls.json``).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import deque
+
+from ._log import log
+from ._osthread import name_os_thread
+from .profile import escape_frame
+
+TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import FrameType
+    from typing import Any
+
+    from ._core import Sampler
+
+MAX_STALLS = 500
+# Stacks read from one stalled thread, at most (2.5 minutes at the watcher's pace).
+MAX_WALL_READS = 6000
+# A stall's stacks: at most this many distinct ones of each source are kept.
+MAX_STACKS_PER_STALL = 50
+# What is timed: (module, class, method) -> (kind, how to say what one call was doing).
+TIMED = {
+    ("asyncio.events", "Handle", "_run"): ("event-loop", lambda args: _describe(args[0])),
+    ("gunicorn.workers.sync", "SyncWorker", "handle_request"): (
+        "request",
+        lambda args: _request("gunicorn", getattr(args[2], "path", None)),
+    ),
+    ("gunicorn.workers.gthread", "ThreadWorker", "handle_request"): (
+        "request",
+        lambda args: _request("gunicorn", getattr(args[1], "path", None)),
+    ),
+    ("werkzeug.serving", "WSGIRequestHandler", "run_wsgi"): (
+        "request",
+        lambda args: _request("werkzeug", getattr(args[0], "path", None)),
+    ),
+    ("wsgiref.handlers", "BaseHandler", "run"): (
+        "request",
+        lambda args: _request(
+            "wsgiref", (getattr(args[0], "environ", None) or {}).get("PATH_INFO")
+        ),
+    ),
+    ("waitress.task", "WSGITask", "execute"): (
+        "request",
+        lambda args: _request("waitress", getattr(getattr(args[0], "request", None), "path", None)),
+    ),
+}
+
+
+class Stall:
+    """One stall: its kind, thread, start (epoch seconds), duration and stacks."""
+
+    __slots__ = ("id", "kind", "ident", "thread", "started", "duration", "what", "wall", "cpu")
+
+    def __init__(self, kind: str, ident: int | None, started: float, duration: float) -> None:
+        self.id = 0
+        self.kind = kind
+        self.ident = ident
+        self.thread = _thread_name(ident)
+        self.started = started
+        self.duration = duration
+        self.what = ""
+        self.wall: dict[str, int] = {}
+        self.cpu: dict[str, float] = {}
+
+    def document(self) -> dict[str, Any]:
+        """The stall as /stalls.json lists it."""
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "thread": self.thread,
+            "what": self.what,
+            "start": round(self.started, 4),
+            "duration": round(self.duration, 4),
+            "stacks": {
+                "wall": _top(self.wall),
+                "cpu": {stack: round(weight, 2) for stack, weight in _top(self.cpu).items()},
+            },
+        }
+
+
+class StallWatcher:
+    """Watches the process for stalls and keeps the worst of them."""
+
+    def __init__(
+        self,
+        sampler: Sampler,
+        threshold: float = 0.05,
+        request_threshold: float = 0.5,
+        period: float = 0.025,
+    ) -> None:
+        self._sampler = sampler
+        self.threshold = threshold
+        self.request_threshold = request_threshold
+        self.period = period
+        self.stalls: deque[Stall] = deque(maxlen=MAX_STALLS)
+        self._next_id = 1
+        self._lock = threading.Lock()
+        # Stalls a timed call reported, waiting for the watcher to add their stacks (the work is
+        # the watcher's, not the host thread's), and a signal when none wait.
+        self._pending: deque[tuple[Stall, float, float]] = deque()
+        self._settled = threading.Condition(self._lock)
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        # thread ident -> (kind, monotonic start) of the callback or request it runs now
+        self._running: dict[int, tuple[str, float]] = {}
+        # thread ident -> (the monotonic start of the call it was read in, its stacks read
+        # since that call ran half its threshold, and when)
+        self._wall: dict[int, tuple[float, list[tuple[float, str]]]] = {}
+        # (module, class, method) -> the original method, for what is wrapped now
+        self._wrapped: dict[tuple[str, str, str], Any] = {}
+        self._modules_seen = 0
+        self._gil_wait: Callable[[float], float] | None = None
+        self._clock_offset = time.time() - time.monotonic()
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Starts watching: times callbacks and requests, and starts the watcher thread."""
+        self._wrap_loaded()
+        if self._sampler.engine.name == "native":
+            from . import _native
+
+            self._gil_wait = _native.gil_wait
+        self._thread = threading.Thread(target=self._run, name="fleetflame-stalls", daemon=True)
+        self._thread.start()
+
+    def after_fork_in_child(self) -> None:
+        """Stops watching in a forked child (its thread is gone; a new watcher starts after)."""
+        self._unwrap_all()
+        self._thread = None
+
+    def stop(self) -> None:
+        """Stops watching (the stalls seen stay readable)."""
+        self._unwrap_all()
+        self._stopping.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        self._thread = None
+        self._finish_pending()
+
+    # -- timing callbacks and requests ----------------------------------------------------------
+
+    def _wrap_loaded(self) -> None:
+        """Wraps what TIMED names in every module loaded since the last look."""
+        if len(sys.modules) == self._modules_seen:
+            return
+        self._modules_seen = len(sys.modules)
+        for where, (kind, describe) in TIMED.items():
+            module = sys.modules.get(where[0])
+            owner = getattr(module, where[1], None)
+            original = getattr(owner, where[2], None)
+            if where in self._wrapped or original is None:
+                continue
+            wrapper = _timed(original, kind, self, describe)
+            _hide(wrapper.__code__, self._sampler)
+            setattr(owner, where[2], wrapper)
+            self._wrapped[where] = original
+
+    def _unwrap_all(self) -> None:
+        # The wrappers' code stays hidden: a call running one may be on a stack until it ends.
+        for (module_name, owner_name, name), original in self._wrapped.items():
+            owner = getattr(sys.modules.get(module_name), owner_name, None)
+            current = getattr(owner, name, None)
+            if getattr(current, "__wrapped__", None) is original:
+                setattr(owner, name, original)
+        self._wrapped.clear()
+        self._modules_seen = 0
+
+    def finished(self, kind: str, ident: int, started: float, elapsed: float, what: str) -> None:
+        """Called by a wrapper when a call it timed ran past its threshold: the stall waits for
+        the watcher thread to add its stacks."""
+        stall = Stall(kind, ident, self._clock_offset + started, elapsed)
+        stall.what = what
+        self._pending.append((stall, started, started + elapsed))
+
+    def limit(self, kind: str) -> float:
+        """The threshold of a kind of call."""
+        return self.request_threshold if kind == "request" else self.threshold
+
+    # -- the watcher thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        self._sampler._excluded.add(threading.get_ident())
+        name_os_thread()
+        while not self._stopping.is_set():
+            try:
+                waited = self._sleep(self.period)
+                now = time.monotonic()
+                if waited > self.threshold:
+                    self._gil_held(now - waited, now)
+                self._wrap_loaded()
+                # Stalls that ended first, with the stacks read in them; then the calls running.
+                self._finish_pending()
+                self._read_stalled(now)
+            except Exception:  # noqa: BLE001 - never let the watcher fail the host
+                log.exception("fleetflame sampler: the stall watcher failed; stalls not watched")
+                return
+
+    def _sleep(self, period: float) -> float:
+        """Sleeps without the GIL; returns how long getting it back took."""
+        if self._gil_wait is not None:
+            return self._gil_wait(period)
+        started = time.monotonic()
+        time.sleep(period)
+        # Without the native engine this is any lateness, the scheduler's included.
+        return max(0.0, time.monotonic() - started - period)
+
+    def _gil_held(self, started: float, ended: float) -> None:
+        # Which thread held it: the one the engine sampled most meanwhile.
+        self._catch_up()
+        per_thread: dict[int, float] = {}
+        for at, ident, _, weight in self._recent():
+            if started <= at <= ended:
+                per_thread[ident] = per_thread.get(ident, 0.0) + weight
+        holder = max(per_thread, key=per_thread.__getitem__) if per_thread else None
+        stall = Stall("gil", holder, self._clock_offset + started, ended - started)
+        stall.what = "the GIL held" + ("" if holder is not None else " (thread unknown)")
+        self._finish(stall, started, ended)
+
+    def _read_stalled(self, now: float) -> None:
+        """Reads the stack of every thread whose call could still turn into a stall before the
+        next look (it has run its threshold less a period): a call that stalls has been read at
+        least once, however short past its threshold it ends."""
+        watched = [
+            (ident, started)
+            for ident, (kind, started) in list(self._running.items())
+            if now - started > self.limit(kind) - self.period
+        ]
+        if not watched and not self._wall:
+            return
+        frames = sys._current_frames()
+        for ident, started in watched:
+            frame = frames.get(ident)
+            call, read = self._wall.get(ident, (None, None))
+            if call != started or read is None:  # a new call: the last one's reads are spent
+                read = []
+                self._wall[ident] = (started, read)
+            if frame is not None and len(read) < MAX_WALL_READS:
+                read.append((now, _folded(frame)))
+        for ident in [ident for ident in self._wall if ident not in frames]:
+            del self._wall[ident]  # the thread has ended
+
+    # -- keeping stalls ---------------------------------------------------------------------------
+
+    def _catch_up(self) -> None:
+        # The native engine's samples of the last moments may still wait for its drain (the
+        # python engine keeps no history, and its catch-up would sample this very thread).
+        sampler = self._sampler
+        if sampler.engine.name != "native":
+            return
+        with sampler._lock:
+            if not sampler.table.stopped:
+                sampler.engine.catch_up()
+
+    def _finish_pending(self) -> None:
+        if self._pending:
+            self._catch_up()
+            while self._pending:
+                self._finish(*self._pending.popleft())
+        with self._settled:
+            self._settled.notify_all()
+
+    def _finish(self, stall: Stall, started: float, ended: float) -> None:
+        ident = stall.ident
+        call, read = self._wall.get(ident, (None, [])) if ident is not None else (None, [])
+        if call == started:  # the stall is that call: its reads are spent
+            del self._wall[ident]  # type: ignore[arg-type]
+        for at, stack in read:
+            if started <= at <= ended + self.period:
+                stall.wall[stack] = stall.wall.get(stack, 0) + 1
+        table = self._sampler.table
+        for at, sampled, key, weight in self._recent():
+            if sampled == ident and started <= at <= ended:
+                stack = table.folded(key)
+                stall.cpu[stack] = stall.cpu.get(stack, 0.0) + weight
+        with self._lock:
+            stall.id = self._next_id
+            self._next_id += 1
+            self.stalls.append(stall)
+
+    def _recent(self) -> list[tuple[float, int, Any, float]]:
+        recent = self._sampler.table.recent
+        return list(recent) if recent is not None else []
+
+    def document(self, since: int = 0) -> dict[str, Any]:
+        """The stalls after id ``since``, worst first, as /stalls.json serves them (those
+        reported but not yet finished by the watcher are waited for, a period or two)."""
+        with self._settled:
+            if self._pending and self._thread is not None:
+                self._settled.wait(timeout=10 * self.period)
+            stalls = [s for s in self.stalls if s.id > since]
+            next_id = self._next_id
+        stalls.sort(key=lambda s: s.duration, reverse=True)
+        return {
+            "threshold": self.threshold,
+            "request_threshold": self.request_threshold,
+            "next": next_id,
+            "stalls": [s.document() for s in stalls],
+        }
+
+
+def _timed(original: Any, kind: str, watcher: StallWatcher, describe: Any) -> Any:
+    """Wraps a method so each call is timed; one past the threshold is a stall. Every wrapper
+    has this function's code object, which the engines hide from their walks."""
+    running = watcher._running
+    get_ident, monotonic = threading.get_ident, time.monotonic
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        ident = get_ident()
+        outer = running.get(ident)
+        started = monotonic()
+        running[ident] = (kind, started)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            if outer is None:
+                running.pop(ident, None)
+            else:
+                running[ident] = outer
+            elapsed = monotonic() - started
+            if elapsed > watcher.limit(kind):
+                watcher.finished(kind, ident, started, elapsed, describe(args))
+
+    timed.__wrapped__ = original  # type: ignore[attr-defined]
+    return timed
+
+
+def _hide(code: Any, sampler: Sampler) -> None:
+    from ._stack_walk import hide_code
+
+    hide_code(code, sampler.engine.name)
+
+
+def _request(server: str, path: Any) -> str:
+    return f"a {server} request" + (f" for {path}"[:200] if isinstance(path, str) else "")
+
+
+def _folded(frame: FrameType | None) -> str:
+    from ._stack_walk import HIDDEN_CODE_IDS
+
+    names = []
+    while frame is not None:
+        if id(frame.f_code) not in HIDDEN_CODE_IDS:
+            module = frame.f_globals.get("__name__") or frame.f_code.co_filename
+            qualname = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+            names.append(escape_frame(f"{module}:{qualname}"))
+        frame = frame.f_back
+    return ";".join(reversed(names))
+
+
+def _describe(handle: Any) -> str:
+    callback = getattr(handle, "_callback", None)
+    task = getattr(callback, "__self__", None)
+    coroutine = getattr(task, "get_coro", None)
+    if coroutine is not None:
+        return f"a step of task {getattr(coroutine(), '__qualname__', '?')}"
+    return f"callback {getattr(callback, '__qualname__', repr(callback))}"[:200]
+
+
+def _thread_name(ident: int | None) -> str:
+    if ident is None:
+        return "?"
+    thread = threading._active.get(ident)  # type: ignore[attr-defined]
+    return thread.name if thread is not None else str(ident)
+
+
+def _top(stacks: dict[str, Any]) -> dict[str, Any]:
+    ranked = sorted(stacks.items(), key=lambda item: item[1], reverse=True)
+    return dict(ranked[:MAX_STACKS_PER_STALL])

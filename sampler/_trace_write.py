@@ -1,0 +1,198 @@
+"""Writing a finished trace: its events as Trace Event Format lines, atomically, with its
+``otherData`` (what was recorded, how, and what it cost) and a summary on stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+from . import _trace_cost, _trace_format
+
+TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, TextIO
+
+    from ._trace_backends import MonitoringBackend, ProfileBackend
+    from ._trace_record import Recorder
+
+# The tracer's own files: their frames are left out of the trace.
+HIDDEN_FILES = tuple(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
+    for name in (
+        "_trace.py",
+        "_trace_backends.py",
+        "_trace_cli.py",
+        "_trace_cost.py",
+        "_trace_record.py",
+        "_trace_threads.py",
+        "_trace_write.py",
+    )
+)
+
+
+def metadata(
+    recorder: Recorder,
+    backend: ProfileBackend | MonitoringBackend | None,
+    notes: list[str],
+    cpu: float,
+    calibration: dict[str, Any],
+) -> dict[str, Any]:
+    """Returns the trace's ``otherData``: what was recorded, how, and what it cost."""
+    seconds = (recorder.end_ns - recorder.start_ns) / 1e9
+    events = events_before(recorder)
+    notes = notes + (backend.notes if backend is not None else [])
+    full = recorder.reason == "max_events"
+    if full:
+        notes.append(
+            f"buffer full: recording stopped after {events:,} events at {seconds:.3f} s; "
+            "nothing after that was recorded (raise max_events)"
+        )
+    return {
+        "tool": "fleetflame trace",
+        "python": sys.version.split()[0],
+        "backend": backend.name if backend is not None else "",
+        "stopped_by": recorder.reason,
+        "traced_seconds": round(seconds, 6),
+        "cpu_seconds": round(cpu, 6),
+        "events": events,
+        "max_events": recorder.max_events,
+        "buffer_full": full,
+        "events_dropped": "all events after the buffer filled" if full else 0,
+        "threads": sum(1 for b in recorder.buffers if not b.excluded and b.times),
+        "per_event_ns": calibration["per_event_ns"],
+        "bytecode_factor": calibration["bytecode_factor"],
+        **_trace_cost.estimate(calibration, events, cpu),
+        "overhead_estimate": _trace_cost.EXPLANATION,
+        "calibration": calibration,
+        "notes": notes,
+    }
+
+
+def trace_lines(
+    recorder: Recorder, main_file: str | None, process_name: str
+) -> tuple[Any, list[int]]:
+    """Returns the file's event lines, made as they are read, and the calls counted in them."""
+    names = _trace_format.Names(module_map(main_file), sys.path, HIDDEN_FILES)
+    pid = os.getpid()
+    buffers = [b for b in recorder.buffers if not b.excluded and b.times]
+    live = {(t.ident, t.native_id): t.name for t in threading.enumerate()}
+    main = threading.main_thread().ident
+    buffers.sort(key=lambda b: (b.ident != main, b.times[0]))
+    threads = [
+        (b.native_id, live.get((b.ident, b.native_id)) or b.name or f"thread {b.native_id}")
+        for b in buffers
+    ]
+    calls = [0]
+
+    def generate() -> Any:
+        yield from _trace_format.metadata_lines(pid, process_name, threads)
+        for buffer in buffers:
+            for line in _trace_format.thread_lines(
+                buffer.times,
+                buffer.objs,
+                recorder.start_ns,
+                recorder.end_ns,
+                pid,
+                buffer.native_id,
+                names.fragment,
+            ):
+                if line[7] == "B":
+                    calls[0] += 1
+                yield line
+
+    return generate(), calls
+
+
+def say(meta: dict[str, Any], output: str, report: TextIO | None) -> None:
+    """Prints what the trace recorded, where it went and what it cost, to ``report`` or stderr."""
+    stream = report if report is not None else sys.stderr
+    slowdown = meta["estimated_slowdown"]
+    factor = meta["bytecode_factor"]
+    lines = [
+        f"fleetflame trace: {meta['events']:,} events ({meta['calls']:,} calls) in "
+        f"{meta['threads']} thread(s) over {meta['traced_seconds']:.3f} s, written to "
+        f"{output} ({meta['file_bytes'] / 1e6:.1f} MB in {meta['write_seconds']:.1f} s)",
+        f"fleetflame trace: an estimated {meta['estimated_overhead_cpu_seconds']:.3f} of the "
+        f"{meta['cpu_seconds']:.3f} CPU seconds used while tracing were the tracer's"
+        + (f" (the program ran ~{slowdown:.1f}x slower)" if slowdown else "")
+        + f": {meta['per_event_ns'] / 1000:.2f} us an event"
+        + (f", Python code {factor:.1f}x slower" if factor >= 1.05 else "")
+        + f" ({meta['backend']}, measured at start)",
+    ]
+    lines += [f"fleetflame trace: {note}" for note in meta["notes"]]
+    print("\n".join(lines), file=stream, flush=True)
+
+
+def events_before(recorder: Recorder) -> int:
+    """Counts the events recorded up to the end of the trace (not those that raced past it)."""
+    total = 0
+    end = recorder.end_ns
+    for buffer in recorder.buffers:
+        if buffer.excluded:
+            continue
+        times = buffer.times
+        count = min(len(times), len(buffer.objs))
+        while count and times[count - 1] > end:
+            count -= 1
+        total += count
+    return total
+
+
+def module_map(main_file: str | None) -> dict[str, str]:
+    """Maps each loaded module's source file (as given and absolute) to the module's name."""
+    modules: dict[str, str] = {}
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str):
+            modules.setdefault(path, name)
+            modules.setdefault(os.path.abspath(path), name)
+    if main_file:
+        modules[main_file] = modules[os.path.abspath(main_file)] = "__main__"
+    return modules
+
+
+def write_atomically(path: str, lines: Any, metadata: Callable[[], dict[str, Any]]) -> int:
+    """Writes the trace to a temporary file beside ``path``, then renames it; returns its size.
+
+    The metadata is asked for once the events are written, and goes last (the file's
+    ``otherData``), so it can count them.
+
+    A path ending in ``.gz`` is written gzip-compressed (Perfetto opens it as it is).
+    """
+    import json
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".fleetflame-trace-")
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            if path.endswith(".gz"):
+                import gzip
+
+                out: Any = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1)
+            else:
+                out = raw
+            out.write(b'{"displayTimeUnit":"ms","traceEvents":[\n')
+            batch: list[str] = []
+            first = True
+            for line in lines:
+                batch.append(line)
+                if len(batch) == 10_000:
+                    out.write(((",\n" if not first else "") + ",\n".join(batch)).encode())
+                    batch.clear()
+                    first = False
+            if batch:
+                out.write(((",\n" if not first else "") + ",\n".join(batch)).encode())
+            out.write(b'\n],\n"otherData":')
+            out.write(json.dumps(metadata()).encode())
+            out.write(b"}\n")
+            if out is not raw:
+                out.close()
+        os.replace(tmp, path)
+        return os.path.getsize(path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

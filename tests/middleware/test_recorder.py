@@ -1,0 +1,248 @@
+"""The middleware in this process: request-start headers, routes and their bounds, errors,
+labels, and what a request's time covers."""
+
+import asyncio
+import threading
+import time
+import urllib.error
+import urllib.request
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+import pytest
+from mwhelpers import ENGINES, counted
+
+import sampler
+import sampler.middleware
+from sampler import _requests
+from sampler._requests import MAX_RAW_PATHS, OVERFLOW, UNMATCHED, queue_delay, recorder
+
+NOW = 1_795_000_000.25
+
+
+def document_counting(expected):
+    """The recorder's document once it counts ``expected`` requests (a server closes an
+    answer's body, which ends its timing, just after sending it)."""
+    deadline = time.monotonic() + 10
+    while True:
+        document = recorder.document()
+        if counted([document]) >= expected or time.monotonic() > deadline:
+            return document
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize(
+    "header, expected",
+    [
+        (f"t={NOW - 0.1:.3f}", 0.1),  # nginx: seconds with ms
+        (f"t={int((NOW - 0.1) * 1e3)}", 0.1),  # Heroku: ms
+        (f"t={int((NOW - 0.1) * 1e6)}", 0.1),  # New Relic: us
+        (f"t={int((NOW - 0.1) * 1e9)}", 0.1),  # ns
+        (f"{int((NOW - 0.25) * 1e3)}", 0.25),  # a bare number
+        (f" t={NOW - 2:.6f} ", 2.0),
+        (f"t={int((NOW - 0.5) * 1e6)} D=1234", 0.5),  # Apache's mod_headers: %t %D
+        (f"t={NOW - 0.5:.3f}, D=1234", 0.5),
+        (f"t={NOW + 0.002:.3f}", -0.002),  # the proxy's clock ahead: counted as no wait
+    ],
+)
+def test_request_start_headers_in_every_unit(header, expected):
+    assert queue_delay(header, NOW) == pytest.approx(expected, abs=1e-3)
+
+
+@pytest.mark.parametrize("header", ["", "t=", "t=abc", "t=-5", "t=nan", f"t={NOW - 7200:.0f}"])
+def test_what_is_not_a_request_start_is_ignored(header):
+    assert queue_delay(header, NOW) is None
+
+
+class Quiet(WSGIRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+class Serving:
+    """A WSGI app served on 127.0.0.1 by wsgiref, in a thread of this process."""
+
+    def __init__(self, app):
+        self.server = make_server("127.0.0.1", 0, app, WSGIServer, Quiet)
+        self.thread = threading.Thread(target=self.server.serve_forever, name="wsgi-worker")
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+
+    def get(self, path, headers=None):
+        request = urllib.request.Request(self.url + path, headers=headers or {})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return answer.status, answer.read()
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return exc.code, exc.read()
+
+    def close(self):
+        self.server.shutdown()
+        self.thread.join()
+        self.server.server_close()
+
+
+def plain_app(environ, start_response):
+    path = environ["PATH_INFO"]
+    if path == "/raise":
+        raise RuntimeError("planted")
+    if path == "/stream":
+
+        def chunks():
+            for _ in range(3):
+                time.sleep(0.05)
+                yield b"chunk"
+
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return chunks()
+    status = "500 Internal Server Error" if path == "/error" else "200 OK"
+    start_response(status, [("Content-Type", "text/plain")])
+    return [b"ok"]
+
+
+def test_a_plain_wsgi_app_counts_by_path_up_to_a_bound_then_overflows():
+    serving = Serving(sampler.middleware.WSGIMiddleware(plain_app))
+    try:
+        for i in range(MAX_RAW_PATHS + 10):
+            assert serving.get(f"/page/{i}?q=1")[0] == 200
+        assert serving.get("/page/0")[0] == 200
+    finally:
+        serving.close()
+    routes = document_counting(MAX_RAW_PATHS + 11)["routes"]
+    assert len(routes) == MAX_RAW_PATHS + 1
+    assert routes["/page/0"]["count"] == 2
+    assert routes[OVERFLOW]["count"] == 10
+    assert "/page/0?q=1" not in routes  # the query string is not part of a route
+
+
+def test_errors_exceptions_and_streamed_bodies():
+    serving = Serving(sampler.middleware.WSGIMiddleware(plain_app))
+    try:
+        assert serving.get("/error")[0] == 500
+        assert serving.get("/raise")[0] == 500  # wsgiref answers the exception
+        assert serving.get("/stream") == (200, b"chunk" * 3)
+    finally:
+        serving.close()
+    routes = document_counting(3)["routes"]
+    assert routes["/error"]["errors"] == 1 and routes["/raise"]["errors"] == 1
+    assert routes["/stream"]["errors"] == 0
+    # The body is timed until the server closes it: three 50 ms chunks.
+    assert routes["/stream"]["latency"]["sum"] >= 0.15
+
+
+def spin(seconds):
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def make_flask_app():
+    import flask
+
+    app = flask.Flask("flaskapp")
+
+    @app.route("/items/<int:item_id>")
+    def item(item_id):
+        spin(0.3)
+        return {"item": item_id}
+
+    app.wsgi_app = sampler.middleware.WSGIMiddleware(app.wsgi_app)
+    return app
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_flask_requests_are_named_by_their_rule_and_label_their_samples(engine):
+    # The python engine's thread driver: this main thread waits on a socket meanwhile.
+    driver = "thread" if engine == "python" else "auto"
+    s = sampler.start(port="none", engine=engine, driver=driver)
+    serving = Serving(make_flask_app())
+    try:
+        header = {"X-Request-Start": f"t={time.time() - 0.25:.3f}"}
+        assert serving.get("/items/7", header)[0] == 200
+        assert serving.get("/missing")[0] == 404
+        document = document_counting(2)
+        profile = s.profile()
+    finally:
+        serving.close()
+        sampler.stop()
+    routes = document["routes"]
+    assert set(routes) == {"/items/<int:item_id>", UNMATCHED}
+    item = routes["/items/<int:item_id>"]
+    assert item["count"] == 1 and item["queue"]["count"] == 1
+    assert 0.24 <= item["queue"]["sum"] <= 0.5
+    labelled = {"route": "/items/<int:item_id>"}
+    index = profile["label_sets"].index(labelled)
+    in_view = sum(c for i, stack, c in profile["stacks"] if i == index and ".item;" in stack)
+    assert in_view >= 15
+    assert not [stack for i, stack, _ in profile["stacks"] if i != index and ".item;" in stack]
+    if engine == "native":
+        (slowest,) = item["slowest"]
+        assert any(".item;" in stack for stack in slowest["stacks"])
+    else:
+        assert document["stacks"] is None
+
+
+def test_starlette_routes_are_named_by_template_through_mounts():
+    import httpx
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Mount, Route
+
+    async def user(request):
+        return PlainTextResponse(sampler.current_labels()["route"])
+
+    app = Starlette(routes=[Mount("/api", routes=[Route("/users/{user_id}", user)])])
+    app.add_middleware(sampler.middleware.ASGIMiddleware)
+
+    async def main():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            first = await client.get("/api/users/1")
+            await client.get("/api/users/2")
+            missing = await client.get("/nowhere")
+        return first, missing
+
+    first, missing = asyncio.run(main())
+    assert first.text == "/api/users/{user_id}"  # the handler runs under the route's label
+    assert missing.status_code == 404
+    routes = document_counting(3)["routes"]
+    assert routes["/api/users/{user_id}"]["count"] == 2
+    assert routes[UNMATCHED]["count"] == 1
+
+
+def test_the_recorder_thread_goes_when_idle(monkeypatch):
+    monkeypatch.setattr(_requests, "IDLE_EXIT", 0.5)
+    serving = Serving(sampler.middleware.WSGIMiddleware(plain_app))
+    try:
+        serving.get("/a")
+        document_counting(1)
+        assert [t for t in threading.enumerate() if t.name == "fleetflame-requests"]
+    finally:
+        serving.close()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(
+        t.name == "fleetflame-requests" for t in threading.enumerate()
+    ):
+        time.sleep(0.05)
+    assert not [t for t in threading.enumerate() if t.name == "fleetflame-requests"]
+    assert recorder.document()["routes"]["/a"]["count"] == 1
+
+
+def test_the_p99_estimate_follows_the_latest_requests():
+    from sampler._requests import WINDOW, Route
+
+    route = Route()
+    assert route.p99 is None
+    for _ in range(99):
+        route.add(0.001, None, 200)
+    assert route.p99 is None  # too few to say
+    route.add(0.001, None, 200)
+    assert route.p99 == pytest.approx(0.001, rel=0.01)
+    for _ in range(2 * WINDOW):
+        route.add(0.1, None, 200)  # the route became slow
+    assert route.p99 == pytest.approx(0.1, rel=0.01)
+    for i in range(2 * WINDOW):
+        route.add(0.001 if i % 100 else 0.5, None, 200)  # fast again, 1% at 500 ms
+    # The last 5,000 to 10,000 requests only: the slow period is forgotten.
+    assert route.p99 == pytest.approx(0.001, rel=0.01)
+    assert route.latency.count == 2 * WINDOW + 100 + 2 * WINDOW

@@ -1,0 +1,79 @@
+"""An open tag's labels changed in place (a request's route, known once routed)."""
+
+import contextlib
+import time
+
+import pytest
+from samplerhelpers import ENGINES
+
+import sampler
+
+
+def spin(seconds):
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def before_routing():
+    spin(0.3)
+
+
+def after_routing():
+    spin(0.3)
+
+
+def in_nested_tag():
+    spin(0.3)
+
+
+def after_exit():
+    spin(0.2)
+
+
+def labels_by_leaf(doc):
+    found = {}
+    for index, stack, count in doc["stacks"]:
+        frames = [frame.rsplit(":", 1)[-1] for frame in stack.split(";")]
+        if frames[-1] != "spin" or len(frames) < 2:
+            continue
+        leaf = frames[-2]  # the function that called spin
+        labels = tuple(sorted(doc["label_sets"][index].items()))
+        found.setdefault(leaf, {}).setdefault(labels, 0)
+        found[leaf][labels] += count
+    return found
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_samples_keep_the_labels_in_force_when_they_were_taken(engine):
+    s = sampler.start(port="none", engine=engine)
+    try:
+        # The native engine drains its samples later: holding the sampler's lock keeps its drain
+        # waiting until every label below has changed and closed, so the spans must say which
+        # samples came before the change. The python engine counts as it samples.
+        held = s._lock if engine == "native" else contextlib.nullcontext()
+        with held:
+            request = sampler.tag(service_tier="web")
+            with request:
+                before_routing()
+                set_id = request.relabel(route="/users/<id>")
+                assert sampler.current_labels() == {"service_tier": "web", "route": "/users/<id>"}
+                after_routing()
+                with sampler.tag(phase="db"):
+                    in_nested_tag()
+            assert sampler.current_labels() == {}
+            after_exit()
+        doc = s.profile()
+    finally:
+        sampler.stop()
+    found = labels_by_leaf(doc)
+    web = (("service_tier", "web"),)
+    routed = (("route", "/users/<id>"), ("service_tier", "web"))
+    assert set(found["before_routing"]) == {web}, found["before_routing"]
+    assert set(found["after_routing"]) == {routed}, found["after_routing"]
+    assert set(found["in_nested_tag"]) == {(("phase", "db"), *routed)}
+    assert set(found["after_exit"]) == {()}
+    for leaf in ("before_routing", "after_routing", "in_nested_tag"):
+        assert sum(found[leaf].values()) >= 15, (leaf, found[leaf])
+    assert {"route": "/users/<id>", "service_tier": "web"} in doc["label_sets"]
+    assert isinstance(set_id, int) and set_id > 0

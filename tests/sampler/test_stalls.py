@@ -1,0 +1,162 @@
+"""Stalls: an event loop that stopped turning, the GIL held, a request that kept its worker busy.
+
+Each is planted in a real program and must be found with the right thread, a duration within
+20% and the stack that caused it.
+"""
+
+import asyncio
+import json
+import math
+import threading
+import time
+import urllib.error
+import urllib.request
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+import pytest
+from samplerhelpers import ENGINES
+
+import sampler
+
+
+def spin(seconds):
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def stalls_of(s, kind):
+    return [st for st in s.stalls.document()["stalls"] if st["kind"] == kind]
+
+
+def stack_with(stacks, name):
+    return sum(count for stack, count in stacks.items() if name in stack)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_event_loop_blocked_or_busy_is_a_stall_with_its_stack(engine):
+    took = []  # each planted step's own wall time: the truth (a loaded machine stretches CPU)
+
+    async def blocking_io():
+        started = time.perf_counter()
+        time.sleep(0.1)  # a blocking call in a coroutine: the loop does nothing else
+        took.append(time.perf_counter() - started)
+
+    async def busy_parse():
+        started = time.perf_counter()
+        spin(0.1)
+        took.append(time.perf_counter() - started)
+
+    async def main():
+        for _ in range(3):
+            await asyncio.sleep(0.01)
+            await blocking_io()
+            await asyncio.sleep(0.01)
+            await busy_parse()
+        await asyncio.sleep(0.02)
+
+    s = sampler.start(port="none", engine=engine)
+    try:
+        asyncio.run(main())
+        stalls = stalls_of(s, "event-loop")
+    finally:
+        sampler.stop()
+    assert len(stalls) == 6, stalls
+    blocked = [st for st in stalls if stack_with(st["stacks"]["wall"], "blocking_io")]
+    busy = [st for st in stalls if st not in blocked]
+    assert len(blocked) == 3 and len(busy) == 3
+    for stall, truth in zip(sorted(stalls, key=lambda st: st["start"]), took, strict=True):
+        assert stall["thread"] == "MainThread"
+        assert stall["what"].startswith("a step of task ") and stall["what"].endswith(".main")
+        # Within 20%, or 20 ms: a loaded machine can preempt the thread between the step's
+        # own clock reading and the end of the callback.
+        assert stall["duration"] == pytest.approx(truth, rel=0.2, abs=0.02)
+    if engine == "native":  # CPU samples of the thread over the stall's time
+        assert all(stack_with(st["stacks"]["cpu"], "busy_parse") > 0 for st in busy)
+    # The callback timer is the sampler's own: no profile shows its frame (a sample may catch
+    # sampler.start() itself, which is not the timer).
+    assert not [stack for stack in s.folded() if "sampler._stalls:_timed" in stack]
+
+
+def hold_the_gil():
+    time.sleep(0.01)
+    math.factorial(120_000)  # C code that never lets the GIL go
+
+
+def test_the_gil_held_by_c_code_is_a_stall_of_the_thread_holding_it():
+    s = sampler.start(port="none")
+    try:
+        started = time.perf_counter()
+        holder = threading.Thread(target=hold_the_gil, name="holder")
+        holder.start()
+        holder.join()
+        held = time.perf_counter() - started - 0.01
+        time.sleep(0.05)
+        stalls = stalls_of(s, "gil")
+    finally:
+        sampler.stop()
+    assert held > 0.1
+    (stall,) = [st for st in stalls if st["thread"] == "holder"]
+    assert 0.5 * held <= stall["duration"] <= 1.2 * held
+    assert stack_with(stall["stacks"]["cpu"], "hold_the_gil") > 0
+
+
+def slow_app(environ, start_response):
+    if environ["PATH_INFO"] == "/slow":
+        time.sleep(0.15)  # the planted slow path
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"ok"]
+
+
+class QuietHandler(WSGIRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def test_a_request_that_keeps_its_worker_busy_is_a_stall_with_its_stack():
+    s = sampler.start(port=0)
+    s.stalls.request_threshold = 0.1
+    server = make_server("127.0.0.1", 0, slow_app, WSGIServer, QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, name="wsgi-worker")
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        for path in ("/fast", "/slow", "/fast", "/slow"):
+            with urllib.request.urlopen(url + path, timeout=10) as answer:
+                answer.read()
+        time.sleep(0.05)
+        with urllib.request.urlopen(s.url + "/stalls.json", timeout=10) as answer:
+            document = json.loads(answer.read())
+    finally:
+        server.shutdown()
+        thread.join()
+        server.server_close()
+        sampler.stop()
+    requests = [st for st in document["stalls"] if st["kind"] == "request"]
+    assert len(requests) == 2, requests
+    for stall in requests:
+        assert stall["thread"] == "wsgi-worker"
+        assert stall["duration"] == pytest.approx(0.15, rel=0.2)
+        assert stack_with(stall["stacks"]["wall"], "slow_app") > 0
+    assert document["next"] > max(st["id"] for st in document["stalls"])
+
+
+def test_stall_settings_come_from_the_environment_and_stalls_can_be_off(monkeypatch):
+    monkeypatch.setenv("FLEETFLAME_STALL_THRESHOLD", "0.2")
+    monkeypatch.setenv("FLEETFLAME_REQUEST_STALL_THRESHOLD", "1.5")
+    s = sampler.start(port="none")
+    try:
+        assert (s.stalls.threshold, s.stalls.request_threshold) == (0.2, 1.5)
+        time.sleep(0.1)  # a 0.1 s hold is under the threshold now
+        assert stalls_of(s, "gil") == []
+    finally:
+        sampler.stop()
+    s = sampler.start(port=0, stalls=False)
+    try:
+        assert s.stalls is None
+        with pytest.raises(urllib.error.HTTPError) as answer:
+            urllib.request.urlopen(s.url + "/stalls.json", timeout=5)
+        assert answer.value.code == 404
+        answer.value.close()
+    finally:
+        sampler.stop()

@@ -1,0 +1,31 @@
+"""Bad input answers a clear error (issue 14, defects 9 and 13): times no store can hold are a
+400 naming the parameter on every endpoint (they were 500s: a float overflow, a negative varint
+in pprof); a missing SQLite file is named."""
+
+import pytest
+
+ENDPOINTS = ["/api/flamegraph", "/api/top", "/api/pprof", "/api/speedscope", "/api/folded"]
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
+@pytest.mark.parametrize("value", ["9" * 309, "0001-01-01T00:00:00Z"])
+def test_a_time_out_of_range_is_a_400_naming_it(client, endpoint, value):
+    answer = client.get(endpoint, query_string={"from": value})
+    assert answer.status_code == 400, answer.data[:300]
+    assert answer.json["param"] == "from"
+    assert "out of range" in answer.json["error"]
+
+
+def test_a_missing_sqlite_file_is_named_in_the_error(make_app, tmp_path):
+    missing = tmp_path / "nowhere" / "fleetflame.db"
+    app = make_app({"DATABASE_URL": f"sqlite:///{missing}"})
+    answer = app.test_client().get("/api/flamegraph")
+    assert answer.status_code == 503
+    assert str(missing) in answer.json["error"] and "collector" in answer.json["error"]
+
+
+@pytest.mark.parametrize("label", ["version:", "version: ", ":1.4.2", "version"])
+def test_a_label_filter_needs_a_key_and_a_value(client, label):
+    answer = client.get("/api/flamegraph", query_string={"label": label})
+    assert answer.status_code == 400
+    assert answer.json["param"] == "label" and "key:value" in answer.json["error"]

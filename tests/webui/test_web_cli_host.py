@@ -1,0 +1,63 @@
+"""`fleetflame web --host` beyond loopback refuses to serve profiles with no authentication
+(issue 14, defect 12), as the sampler's endpoint and the attach agent do; a token, or the
+explicit --allow-unauthenticated, lets it start."""
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def web(tmp_path, *args):
+    port = free_port()
+    command = [sys.executable, "-m", "webui", "--port", str(port)]
+    command += ["--database-url", f"sqlite:///{tmp_path / 'fleetflame.db'}", *args]
+    return port, subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+
+
+def answers(port, process, headers=None):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and process.poll() is None:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/api/flamegraph?from=bad", headers=headers or {}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5) as answer:
+                return answer.status
+        except urllib.error.HTTPError as error:
+            error.close()
+            return error.code
+        except OSError:
+            time.sleep(0.2)
+    return None
+
+
+def test_an_open_host_without_authentication_is_refused(tmp_path):
+    _, process = web(tmp_path, "--host", "0.0.0.0")
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 2
+    assert "0.0.0.0" in err and "no authentication" in err and "--allow-unauthenticated" in err
+
+
+def test_a_token_or_the_explicit_flag_lets_it_serve(tmp_path):
+    # A bad parameter's 400 is an answer of the app itself, once past authentication.
+    for args, headers, expected in (
+        (("--auth-token", "s3cret-token"), {"Authorization": "Bearer s3cret-token"}, 400),
+        (("--auth-token", "s3cret-token"), {}, 401),
+        (("--allow-unauthenticated",), {}, 400),
+    ):
+        port, process = web(tmp_path, "--host", "0.0.0.0", *args)
+        try:
+            assert answers(port, process, headers) == expected
+        finally:
+            process.terminate()
+            _, err = process.communicate(timeout=30)
+        if "--allow-unauthenticated" in args:
+            assert "no authentication" in err

@@ -1,0 +1,153 @@
+"""The worker view's /api/live: a real worker, polled once by a real collector, then recorded
+live through the web UI; only instances the collector polls are reachable."""
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "collector"))
+
+from pollhelpers import collector_settings  # noqa: E402
+
+from collector.service import Collector  # noqa: E402
+
+WORKER = r"""
+import sys, time
+import sampler
+
+sampler.start(port=int(sys.argv[1]), service="live")
+
+
+def busy_in_the_worker():
+    end = time.thread_time() + 0.05
+    while time.thread_time() < end:
+        pass
+
+
+print("ready", flush=True)
+while True:
+    busy_in_the_worker()
+    time.sleep(0.01)
+"""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def polled(tmp_path_factory):
+    """A database the collector polled a live worker into, and the worker's instance id."""
+    port = free_port()
+    worker = subprocess.Popen(
+        [sys.executable, "-c", WORKER, str(port)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    try:
+        assert worker.stdout.readline().strip() == "ready"
+        time.sleep(0.3)
+        url = f"sqlite:///{tmp_path_factory.mktemp('live') / 'fleetflame.db'}"
+        collector = Collector(collector_settings(url, [f"127.0.0.1:{port}"]))
+        collector.migrate()
+        try:
+            collector.poll_cycle()
+        finally:
+            collector.stop()
+        from collector.store import Store
+
+        with Store(url) as store, store.engine.read_transaction() as conn:
+            import sqlalchemy as sa
+
+            from collector.store import schema
+
+            (instance,) = conn.execute(sa.select(schema.cursor_targets.c.instance)).scalars()
+        yield url, instance, worker
+    finally:
+        worker.kill()
+        worker.wait()
+        worker.stdout.close()
+
+
+@pytest.fixture
+def client(polled):
+    from webui import create_app
+
+    app = create_app({"DATABASE_URL": polled[0]})
+    yield app.test_client()
+    app.extensions["fleetflame_db"].close()
+
+
+def test_a_polled_worker_is_recorded_live(polled, client):
+    answer = client.get("/api/live", query_string={"instance": polled[1], "seconds": 1})
+    assert answer.status_code == 200, answer.data[:300]
+    data = answer.json
+    assert data["seconds"] == 1 and data["total"] >= 10  # ~0.8 s of CPU at 100 Hz
+    assert "busy_in_the_worker" in str(data["tree"])
+
+
+@pytest.mark.parametrize(
+    "query, status",
+    [
+        ({"instance": "not-polled"}, 400),
+        ({}, 400),
+        ({"instance": "x", "seconds": "600"}, 400),
+    ],
+)
+def test_only_polled_instances_are_reachable(client, query, status):
+    answer = client.get("/api/live", query_string=query)
+    assert answer.status_code == status and "error" in answer.json
+
+
+@pytest.mark.browser
+def test_the_worker_page_records_and_draws(polled):
+    import threading
+
+    from playwright.sync_api import sync_playwright
+    from werkzeug.serving import make_server
+
+    from webui import create_app
+
+    if polled[2].poll() is not None:
+        pytest.skip("the worker was stopped by an earlier test of this module")
+    app = create_app({"DATABASE_URL": polled[0]})
+    httpd = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"]
+            )
+            page = browser.new_page()
+            page.set_default_timeout(30_000)
+            errors = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(f"http://127.0.0.1:{httpd.server_port}/worker?seconds=1")
+            page.wait_for_selector("body[data-state=ready]")
+            page.select_option("#instance", polled[1])
+            page.click("#record")
+            page.wait_for_selector("#chart g.frame[name='__main__:busy_in_the_worker']")
+            assert "samples from 127.0.0.1:" in page.locator("#summary").inner_text()
+            browser.close()
+            assert errors == []
+    finally:
+        httpd.shutdown()
+        thread.join(timeout=10)
+        httpd.server_close()
+        app.extensions["fleetflame_db"].close()
+
+
+def test_a_worker_that_is_gone_is_a_clear_error(polled, client):
+    polled[2].kill()
+    polled[2].wait()
+    answer = client.get("/api/live", query_string={"instance": polled[1], "seconds": 1})
+    assert answer.status_code == 504 and "did not answer" in answer.json["error"]

@@ -1,0 +1,81 @@
+"""The worker view: the live profile of one instance over the next N seconds (issue 14).
+
+``GET /api/live?instance=ID&seconds=N`` asks that instance's sampler for ``/stacks?seconds=N``
+and answers its flamegraph. Only instances the collector polls are reachable: the address is
+the collector's own record of the target that served that instance (the store's cursor
+targets), never one the request names, so the UI cannot be used to reach anything else.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+import sqlalchemy as sa
+from flask import Blueprint, Response, current_app, jsonify, request
+
+from collector.store import schema
+from sampler.profile import parse_folded
+from webui import api, db, pages
+from webui.model import flame_tree
+from webui.params import ParamError, parse_int
+
+__all__ = ["bp"]
+
+bp = Blueprint("live", __name__)
+api.json_errors(bp)
+
+MAX_SECONDS = 60
+MAX_BYTES = 50_000_000
+
+
+@bp.get("/worker")
+def page() -> str:
+    """The worker view."""
+    return pages.render_view("worker")
+
+
+@bp.get("/api/live")
+def live() -> Response:
+    """The flamegraph of one instance's next ``seconds`` (1 to 60)."""
+    instance = (request.args.get("instance") or "").strip()
+    if not instance or len(instance) > 200:
+        raise ParamError("instance", "name an instance the collector polls (its id)")
+    seconds = parse_int(request.args, "seconds", 10, 1, MAX_SECONDS)
+    target = _target_of(instance)
+    if target is None:
+        raise ParamError("instance", f"no polled target serves instance {instance[:60]!r}")
+    url = f"http://{target}/stacks?seconds={seconds}"
+    headers = {}
+    token = current_app.config["SAMPLER_TOKEN"]
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    try:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers), timeout=seconds + 10
+        ) as answer:
+            text = answer.read(MAX_BYTES + 1)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        hint = " (set sampler_token)" if exc.code == 401 else ""
+        return jsonify(error=f"the worker at {target} answered {exc.code}{hint}"), 502
+    except OSError as exc:
+        return jsonify(error=f"the worker at {target} did not answer: {exc}"), 504
+    if len(text) > MAX_BYTES:
+        return jsonify(error=f"the worker at {target} sent more than {MAX_BYTES} bytes"), 502
+    try:
+        counts = parse_folded(text.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        return jsonify(error=f"the worker at {target} sent no folded stacks: {exc}"), 502
+    return jsonify(
+        instance=instance, target=target, seconds=seconds, **flame_tree(counts).to_dict()
+    )
+
+
+def _target_of(instance: str) -> str | None:
+    table = schema.cursor_targets
+    with db.read_connection("finding a worker") as conn:
+        row = conn.execute(
+            sa.select(table.c.target).where(table.c.instance == instance).limit(1)
+        ).first()
+    return None if row is None else str(row.target)

@@ -1,0 +1,223 @@
+"""Worst cases of a window: stalls and slow requests (issue 16), as a page and its JSON API.
+
+``/api/stalls``: the worst stalls with their stacks, the flamegraph of stall time only, and the
+stall durations' p50, p99, p99.9 and max per bucket. ``/api/requests``: per route, latency
+percentiles merged from every instance's sketches, queueing, errors, and the flamegraph of the
+slowest 1% of requests; ``/api/slow-diff?route=R``: that route's slowest 1% against all of its
+samples, as a differential tree. All take the window and the service and host filters of every
+page.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from typing import Any
+
+import sqlalchemy as sa
+from flask import Blueprint, Response, jsonify, request
+
+from collector.store import schema
+from collector.worst import SKETCHES, stall_stacks
+from sampler._sketch import Sketch
+from sampler.profile import align_down
+from webui import api, db, pages
+from webui.api import _describe, _selection
+from webui.model import diff_tree, flame_tree, rank_changes
+from webui.params import ParamError, Selection, parse_int
+
+__all__ = ["bp"]
+
+bp = Blueprint("worst", __name__)
+api.json_errors(bp)
+
+QUANTILES = (0.5, 0.9, 0.99, 0.999)
+# Rows of request_buckets one /api/requests reads at most (one per minute, instance, route).
+MAX_REQUEST_ROWS = 200_000
+# Stalls whose stacks make the stall flamegraph, the longest first.
+MAX_FLAME_STALLS = 5_000
+MAX_BUCKETS = 1500
+
+
+@bp.get("/worst")
+def page() -> str:
+    """The worst-cases page."""
+    return pages.render_view("worst")
+
+
+@bp.get("/api/stalls")
+def stalls() -> Response:
+    """The window's worst stalls, their flamegraph and their durations per bucket."""
+    selection = _selection()
+    limit = parse_int(request.args, "limit", 50, 1, 1000)
+    table = schema.stall_events
+    where = _where(table, selection, table.c.start)
+    with db.read_connection("reading worst cases") as conn:
+        worst = conn.execute(
+            sa.select(table).where(where).order_by(table.c.duration.desc()).limit(limit)
+        ).all()
+        durations = conn.execute(sa.select(table.c.start, table.c.duration).where(where)).all()
+        # The flamegraph of stall time: the stacks of the window's longest stalls (all of
+        # them up to MAX_FLAME_STALLS).
+        every = conn.execute(
+            sa.select(table.c.stacks)
+            .where(where)
+            .order_by(table.c.duration.desc())
+            .limit(MAX_FLAME_STALLS)
+        ).all()
+    width = _width(selection)
+    per_bucket: dict[int, list[float]] = {}
+    for start, duration in durations:
+        per_bucket.setdefault(align_down(int(start), width), []).append(duration)
+    return jsonify(
+        selection=_describe(selection),
+        count=len(durations),
+        seconds=round(sum(d for _, d in durations), 3),
+        stalls=[_stall(row) for row in worst],
+        flamegraph=flame_tree(_whole(stall_stacks(every))).to_dict(),
+        buckets=[
+            {"t": bucket, "count": len(values), **_percentiles(sorted(values))}
+            for bucket, values in sorted(per_bucket.items())
+        ],
+        bucket_seconds=width,
+    )
+
+
+@bp.get("/api/requests")
+def routes() -> Response:
+    """Per route: requests, errors, latency, queueing and total percentiles, the slowest
+    requests, and the flamegraph of the slowest 1%."""
+    selection = _selection()
+    table = schema.request_buckets
+    where = _where(table, selection, table.c.bucket)
+    with db.read_connection("reading worst cases") as conn:
+        count = conn.execute(sa.select(sa.func.count()).select_from(table).where(where)).scalar()
+        if count > MAX_REQUEST_ROWS:  # no rollup of these rows yet: a shorter window
+            raise ParamError(
+                "from",
+                f"{count:,} minutes of route figures in this window, more than the "
+                f"{MAX_REQUEST_ROWS:,} read at once: choose a shorter window or a service",
+            )
+        rows = conn.execute(sa.select(table).where(where)).all()
+    merged: dict[str, dict[str, Any]] = {}
+    slow_stacks: dict[str, float] = {}
+    for row in rows:
+        route = merged.setdefault(
+            row.route,
+            {"count": 0, "errors": 0, "slow": 0, "slowest": [], **{n: Sketch() for n in SKETCHES}},
+        )
+        route["count"] += row.count
+        route["errors"] += row.errors
+        sketches = json.loads(row.sketches)
+        for name in SKETCHES:
+            route[name].merge(Sketch.from_document(sketches[name]))
+        slow = json.loads(row.slow)
+        route["slow"] += slow["count"]
+        route["slowest"] += slow["slowest"]
+        for stack, weight in slow["stacks"].items():
+            slow_stacks[stack] = slow_stacks.get(stack, 0) + weight
+    return jsonify(
+        selection=_describe(selection),
+        routes=sorted(
+            (_route(name, route) for name, route in merged.items()),
+            key=lambda r: -(r["latency"]["p99"] or 0),
+        ),
+        slow_flamegraph=flame_tree(_whole(slow_stacks)).to_dict(),
+    )
+
+
+@bp.get("/api/slow-diff")
+def slow_diff() -> Response:
+    """A route's slowest 1% of requests (B) against every sample of the route (A, its
+    ``route`` label), as the compare page's differential tree and functions: what the slow
+    requests do more of than the route's requests in general."""
+    selection = _selection()
+    route = (request.args.get("route") or "").strip()
+    if not route or len(route) > 1000:
+        raise ParamError("route", "name a route, as /api/requests lists it")
+    table = schema.request_buckets
+    where = _where(table, selection, table.c.bucket) & (table.c.route == route)
+    with db.read_connection("reading worst cases") as conn:
+        rows = conn.execute(sa.select(table.c.slow).where(where).limit(MAX_REQUEST_ROWS)).all()
+    slow: dict[str, float] = {}
+    for (text,) in rows:
+        for stack, weight in json.loads(text)["stacks"].items():
+            slow[stack] = slow.get(stack, 0) + weight
+    labels = (*selection.labels, ("route", route))
+    everything = db.get_db().read(replace(selection, labels=labels)).counts
+    slowest = _whole(slow)
+    tree = diff_tree(everything, slowest, max_nodes=2000)
+    changes = rank_changes(everything, slowest, limit=50) if everything and slowest else []
+    return jsonify(
+        selection=_describe(selection),
+        route=route,
+        functions=[change.to_dict() for change in changes],
+        **tree.to_dict(),
+    )
+
+
+def _route(name: str, route: dict[str, Any]) -> dict[str, Any]:
+    summary: dict[str, Any] = {
+        "route": name,
+        "count": route["count"],
+        "errors": route["errors"],
+        "slow": route["slow"],
+        "slowest": sorted(route["slowest"], key=lambda r: -r["duration"])[:5],
+    }
+    for sketch_name in SKETCHES:
+        sketch: Sketch = route[sketch_name]
+        figures = {f"p{_label(q)}": _round(sketch.quantile(q)) for q in QUANTILES}
+        summary[sketch_name] = {"count": sketch.count, **figures, "max": _round(sketch.max)}
+    return summary
+
+
+def _stall(row: Any) -> dict[str, Any]:
+    stacks = json.loads(row.stacks)
+    return {
+        "start": row.start,
+        "duration": row.duration,
+        "service": row.service,
+        "host": row.host,
+        "instance": row.instance,
+        "kind": row.kind,
+        "thread": row.thread,
+        "what": row.what,
+        "stacks": stacks,
+    }
+
+
+def _where(table: sa.Table, selection: Selection, time: sa.Column) -> Any:
+    where = (time >= selection.start) & (time < selection.end)
+    if selection.services:
+        where &= table.c.service.in_(selection.services)
+    if selection.hosts:
+        where &= table.c.host.in_(selection.hosts)
+    if selection.instances:
+        where &= table.c.instance.in_(selection.instances)
+    return where
+
+
+def _width(selection: Selection) -> int:
+    """A bucket width for the durations chart: a minute, or wider to keep it under 1,500."""
+    span = max(selection.end - selection.start, 60)
+    return 60 * max(1, math.ceil(span / 60 / MAX_BUCKETS))
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    def at(q: float) -> float:
+        return round(values[min(len(values) - 1, int(q * (len(values) - 1) + 0.5))], 4)
+
+    return {"p50": at(0.5), "p99": at(0.99), "p99.9": at(0.999), "max": round(values[-1], 4)}
+
+
+def _whole(stacks: dict[str, float]) -> dict[str, int]:
+    return {stack: max(1, round(weight)) for stack, weight in stacks.items() if weight > 0}
+
+
+def _label(q: float) -> str:
+    return f"{q * 100:g}"
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
