@@ -16,6 +16,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass
 from types import FrameType
 
+from ._cpuclock import native_id_of, thread_cpu_time
 from .profile import escape_frame
 
 FORMAT = "fleetflame.dump/1"
@@ -134,12 +135,9 @@ def take(leave_out: Collection[int], look: float = LOOK_SECONDS) -> list[ThreadS
             state = "active"
         else:
             state = "idle"
-        threads[ident] = ThreadInfo(thread.name, thread.native_id, thread.daemon, state)
+        threads[ident] = ThreadInfo(thread.name, native_id_of(ident), thread.daemon, state)
     return threads_of(frames, threads)
 
 
 def _cpu(ident: int) -> float | None:
-    try:
-        return time.clock_gettime(time.pthread_getcpuclockid(ident))
-    except (AttributeError, OSError):  # no per-thread clocks here, or the thread has ended
-        return None
+    return thread_cpu_time(ident)

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Mapping
 from types import CodeType, FrameType
 
-from . import _labels, _waits
+from . import _cpuclock, _labels, _waits
 from ._stack_walk import RESUMABLE, ThreadState, walk
 from .profile import escape_frame, thread_frame
 
@@ -40,11 +40,6 @@ RECHECK = 0.5
 IDLE = 0.01  # less than this many intervals of CPU since the last read: it did not run
 # Code objects whose names are cached; past this the cache starts again (names stay interned).
 _MAX_CODE_CACHE = 100_000
-
-try:
-    _thread_cpu_clock = time.pthread_getcpuclockid
-except AttributeError:  # pragma: no cover - platforms without per-thread CPU clocks
-    _thread_cpu_clock = None  # type: ignore[assignment]
 
 StackKey = tuple[int, tuple[int, ...]]  # (label set id, frame name ids leaf first)
 
@@ -95,9 +90,9 @@ class StackTable:
         self._code_refs: list[Any] = []
         self._threads: dict[int, ThreadState] = {}
         self._last_wall = time.perf_counter()
-        self.cpu_clocks = mode == "cpu" and _thread_cpu_clock is not None
+        self.cpu_clocks = mode == "cpu" and _cpuclock.AVAILABLE
         # wall mode: a thread that used under a fifth of its wall time in CPU waited
-        self.wall_clocks = mode == "wall" and _thread_cpu_clock is not None
+        self.wall_clocks = mode == "wall" and _cpuclock.AVAILABLE
         self.intern(TOO_MANY_NAMES)
         self.truncated_id = self.intern(TRUNCATED)
         self.other = (self.intern(OTHER),)
@@ -160,10 +155,7 @@ class StackTable:
     def _thread_cpu(self, ident: int) -> float:
         if not (self.cpu_clocks or self.wall_clocks):
             return 0.0
-        try:
-            return time.clock_gettime(_thread_cpu_clock(ident))
-        except OSError:
-            return 0.0
+        return _cpuclock.thread_cpu_time(ident) or 0.0
 
     def thread_root(self, ident: int) -> int:
         """Returns the id of the root frame naming a thread, ``[thread:NAME]``."""
@@ -264,8 +256,7 @@ class StackTable:
         read again whenever the thread moved or ran since it was last read waiting."""
         if state.wait_base is key and not state.ran and state.wait_key is not None:
             return state.wait_key
-        thread = threading._active.get(ident)  # type: ignore[attr-defined]
-        name = _waits.REASONS[_waits.reason_of(getattr(thread, "native_id", None))]
+        name = _waits.REASONS[_waits.reason_of(_cpuclock.native_id_of(ident))]
         marks: tuple[int, ...] = (self.intern(_waits.WAITING),)
         if name is not None:
             marks = (self.intern(name), *marks)

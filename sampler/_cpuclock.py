@@ -1,0 +1,55 @@
+"""Another thread's CPU time, read by its kernel thread id.
+
+``time.pthread_getcpuclockid(ident)`` reads the kernel id out of the thread's pthread struct,
+which lives on the thread's stack: a thread that exits between the moment it was listed and
+the read may have had its stack unmapped already, and the read crashes the process (it did,
+under a thread-per-request server). Linux names a thread's CPU clock after its kernel id
+alone, so this builds the clock id from the id ``threading`` keeps; a thread that has exited
+then answers an error, never a crash.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+AVAILABLE = sys.platform == "linux" and hasattr(time, "clock_gettime")
+
+# Kernel ids threading has wrong: before Python 3.12 a forked child's thread keeps its
+# parent's id (threading's own after-fork step does not read it again).
+_forked: dict[int, tuple[threading.Thread, int]] = {}
+
+
+def _after_fork_in_child() -> None:
+    _forked.clear()
+    _forked[threading.get_ident()] = (threading.current_thread(), threading.get_native_id())
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def native_id_of(ident: int) -> int | None:
+    """The kernel id of a Python thread, or None when ``threading`` does not know it."""
+    thread = threading._active.get(ident)  # type: ignore[attr-defined]
+    forked = _forked.get(ident)
+    if forked is not None and forked[0] is thread:
+        return forked[1]
+    return getattr(thread, "native_id", None)
+
+
+def thread_cpu_time(ident: int) -> float | None:
+    """The CPU seconds a Python thread used, or None: the thread is gone, or ``threading``
+    does not know its kernel id (a thread started by C code that never asked for
+    ``threading.current_thread()``), or this platform has no per-thread clocks."""
+    native_id = native_id_of(ident)
+    if native_id is None or not AVAILABLE:
+        return None
+    try:
+        # Linux's id of a thread's CPU clock (CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED, the kernel
+        # id inverted in the bits above), as glibc's pthread_getcpuclockid builds it.
+        return time.clock_gettime((~native_id << 3) | 6)
+    except OSError:
+        return None
