@@ -159,10 +159,11 @@ class StallWatcher:
 
     def stop(self) -> None:
         """Stops watching (the stalls seen stay readable)."""
-        self._unwrap_all()
+        # The thread first: it wraps what new imports bring, and must not wrap after the unwrap.
         self._stopping.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
+        self._unwrap_all()
         self._thread = None
         self._finish_pending()
 
@@ -177,8 +178,12 @@ class StallWatcher:
             module = sys.modules.get(where[0])
             owner = getattr(module, where[1], None)
             original = getattr(owner, where[2], None)
-            if where in self._wrapped or original is None:
+            if where in self._wrapped or original is None or self._stopping.is_set():
                 continue
+            # A wrapper an earlier watcher left (one that could not stop in time) is replaced,
+            # never wrapped again: calls are timed once, and the stack does not grow a frame.
+            while getattr(original, "__fleetflame_timed__", False):
+                original = original.__wrapped__
             wrapper = _timed(original, kind, self, describe)
             _hide(wrapper.__code__, self._sampler)
             setattr(owner, where[2], wrapper)
@@ -350,6 +355,7 @@ def _timed(original: Any, kind: str, watcher: StallWatcher, describe: Any) -> An
                 watcher.finished(kind, ident, started, elapsed, describe(args))
 
     timed.__wrapped__ = original  # type: ignore[attr-defined]
+    timed.__fleetflame_timed__ = True  # type: ignore[attr-defined]
     return timed
 
 

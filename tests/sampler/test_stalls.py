@@ -160,3 +160,26 @@ def test_stall_settings_come_from_the_environment_and_stalls_can_be_off(monkeypa
         answer.value.close()
     finally:
         sampler.stop()
+
+
+def test_stopping_restores_every_method_it_timed_and_a_left_wrapper_is_never_wrapped_again():
+    from wsgiref.handlers import BaseHandler
+
+    original = BaseHandler.run
+    for _ in range(5):
+        sampler.start(port="none")
+        time.sleep(0.03)  # the watcher thread looks for new modules meanwhile
+        assert BaseHandler.run.__wrapped__ is original
+        sampler.stop()
+        assert BaseHandler.run is original
+    s = sampler.start(port="none")
+    try:
+        # A wrapper left in place by a watcher gone without unwrapping is replaced, not nested.
+        with s.stalls._lock:
+            s.stalls._wrapped.clear()
+            s.stalls._modules_seen = 0
+        s.stalls._wrap_loaded()
+        assert BaseHandler.run.__wrapped__ is original
+    finally:
+        sampler.stop()
+    assert BaseHandler.run is original
