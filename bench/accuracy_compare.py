@@ -167,6 +167,7 @@ ROOTS_REMOVED = "py-spy thread/process root frames removed (samples)"
 ON_SAMPLER_THREADS = "py-spy samples on fleetflame's own threads, dropped"
 IN_ENDPOINT = "py-spy samples in fleetflame's endpoint, dropped"
 IN_HANDLER = "py-spy samples cut at fleetflame's signal handler (kept where it interrupted)"
+WRAPPERS = "py-spy samples through the stall watcher's timing wrappers (hidden by fleetflame)"
 
 
 def pyspy_profile(stacks: Mapping[Stack, int], modules: ModuleMap) -> Profile:
@@ -184,6 +185,10 @@ def pyspy_profile(stacks: Mapping[Stack, int], modules: ModuleMap) -> Profile:
         if any(module_of(name) == "sampler._server" for name in names):
             left_out[IN_ENDPOINT] += count
             continue
+        unwrapped = [name for name in names if not _is_hidden_wrapper(name)]
+        if len(unwrapped) < len(names):
+            left_out[WRAPPERS] += count
+            names = unwrapped
         cut = _sampler_frames_start(names)
         if cut is not None:
             left_out[IN_HANDLER] += count
@@ -219,7 +224,18 @@ def _sampler_frames_start(names: Sequence[str]) -> int | None:
 
 
 def _is_sampler(module: str) -> bool:
-    return module == "sampler" or module.startswith("sampler.")
+    # The middleware is a layer of the host's own call tree, shown by fleetflame too.
+    return (module == "sampler" or module.startswith("sampler.")) and not module.startswith(
+        "sampler.middleware"
+    )
+
+
+def _is_hidden_wrapper(name: str) -> bool:
+    """The stall watcher's wrapper around a request or event-loop callback (sampler._stalls'
+    ``timed``): every engine leaves it out of its walks, so it sits between host frames in
+    py-spy's stacks only. Read as a signal handler, it once cut off whole requests, leaving
+    py-spy's samples on gunicorn's SyncWorker.handle and asyncio's _run_once."""
+    return module_of(name) == "sampler._stalls" and qualname_of(name).split(".")[-1] == "timed"
 
 
 def module_of(name: str) -> str:

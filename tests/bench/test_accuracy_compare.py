@@ -20,6 +20,9 @@ MODULES = ModuleMap(
         "/work/sampler/_core.py": "sampler._core",
         "/work/sampler/_server.py": "sampler._server",
         "/work/sampler/__main__.py": "sampler.__main__",
+        "/work/sampler/_stalls.py": "sampler._stalls",
+        "/work/sampler/middleware/wsgi.py": "sampler.middleware.wsgi",
+        "/work/gunicorn/workers/sync.py": "gunicorn.workers.sync",
     },
     sys_path=[SITE, "/usr/lib/python3.11"],
 )
@@ -160,6 +163,36 @@ def test_pyspy_profile_charges_the_signal_handler_to_the_frame_it_interrupted():
     profile = accuracy_compare.pyspy_profile({handler: 2}, MODULES)
     assert profile.stacks == {("__main__:<module>", "__main__:work"): 2}
     assert profile.left_out == {accuracy_compare.IN_HANDLER: 2}
+
+
+def test_pyspy_profile_drops_the_stall_watchers_wrappers_and_keeps_the_request_under_them():
+    # A gunicorn request under the stall watcher's timing wrapper: fleetflame hides the wrapper,
+    # and the request's frames above it are the host's, not a signal handler's.
+    request = (
+        MAIN,
+        spy("SyncWorker.handle", "/work/gunicorn/workers/sync.py"),
+        spy("_timed.<locals>.timed", "/work/sampler/_stalls.py"),
+        spy("SyncWorker.handle_request", "/work/gunicorn/workers/sync.py"),
+        WORK,
+    )
+    profile = accuracy_compare.pyspy_profile({request: 5}, MODULES)
+    assert profile.stacks == {
+        (
+            "__main__:<module>",
+            "gunicorn.workers.sync:SyncWorker.handle",
+            "gunicorn.workers.sync:SyncWorker.handle_request",
+            "__main__:work",
+        ): 5
+    }
+    assert profile.left_out == {accuracy_compare.WRAPPERS: 5}
+
+
+def test_pyspy_profile_keeps_the_middlewares_frames_and_the_app_above_them():
+    stack = (MAIN, spy("FleetflameWSGI.__call__", "/work/sampler/middleware/wsgi.py"), WORK)
+    profile = accuracy_compare.pyspy_profile({stack: 4}, MODULES)
+    assert profile.stacks == {
+        ("__main__:<module>", "sampler.middleware.wsgi:FleetflameWSGI.__call__", "__main__:work"): 4
+    }
 
 
 def test_pyspy_profile_keeps_sampler_frames_at_the_root():
