@@ -95,7 +95,12 @@ from accuracy_suite import BY_NAME, WORKLOADS, Load, Workload
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS_DIR = Path(__file__).resolve().parent / "accuracy_workloads"
 
-PYSPY_FLAGS = {"default": (), "gil": ("--gil",), "nonblocking": ("--nonblocking",)}
+PYSPY_FLAGS = {
+    "default": (),
+    "gil": ("--gil",),
+    "nonblocking": ("--nonblocking",),
+    "gil-nonblocking": ("--gil", "--nonblocking"),
+}
 ENGINES = ("python", "native")
 
 

@@ -28,7 +28,11 @@ class Workload:
     ceilings: Mapping[str, float] = field(default_factory=dict)
     # How py-spy tells running threads: "default" (by their OS state; it counts waiting and
     # runnable threads too) or "gil" (the thread holding the GIL: exact for Python code, blind
-    # to CPU spent without the GIL, such as system calls).
+    # to CPU spent without the GIL, such as system calls); "-nonblocking" reads without
+    # stopping the process: py-spy's stops, with the sampler's timer signals arriving during
+    # them (pause_when_traced is off here, so the engine keeps sampling), can leave py-spy
+    # waiting forever for a thread's stop (benfred/py-spy#565) and the worker killed by
+    # gunicorn's timeout; four busy gthread threads did so in most 24 s windows.
     pyspy_mode: str = "default"
     # A path on the app's port answering the workload's own CPU clocks (JSON for
     # accuracy_stats.truth_shares): the truth for some functions' total shares.
@@ -90,7 +94,7 @@ WORKLOADS = (
         "Flask under gunicorn, 1 gthread worker with 4 threads; 4 keep-alive clients",
         (*GUNICORN, "--worker-class", "gthread", "--threads", "4", "flask_app:app"),
         load=Load("/report", concurrency=4, keep_alive=True),
-        pyspy_mode="gil",
+        pyspy_mode="gil-nonblocking",
         truth_path=TRUTH_PATH,
         focus=(
             "flask.app:Flask.wsgi_app",
