@@ -109,6 +109,7 @@ WORKLOADS = (
         ("{workloads}/asyncio_server.py",),
         load=Load("/work", concurrency=4, keep_alive=True),
         focus=("__main__:respond", "__main__:checksum"),
+        pyspy_mode="nonblocking",  # blocking, py-spy hung in both 24 s windows of a run
     ),
     Workload(
         "threads",
