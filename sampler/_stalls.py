@@ -159,8 +159,7 @@ class StallWatcher:
 
     def stop(self) -> None:
         """Stops watching (the stalls seen stay readable)."""
-        # The thread first: it wraps what new imports bring, and must not wrap after the unwrap.
-        self._stopping.set()
+        self._stopping.set()  # the thread first: it must not wrap again after the unwrap
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
         self._unwrap_all()
@@ -180,9 +179,7 @@ class StallWatcher:
             original = getattr(owner, where[2], None)
             if where in self._wrapped or original is None or self._stopping.is_set():
                 continue
-            # A wrapper an earlier watcher left (one that could not stop in time) is replaced,
-            # never wrapped again: calls are timed once, and the stack does not grow a frame.
-            while getattr(original, "__fleetflame_timed__", False):
+            while getattr(original, "__fleetflame_timed__", False):  # one left: replaced
                 original = original.__wrapped__
             wrapper = _timed(original, kind, self, describe)
             _hide(wrapper.__code__, self._sampler)
