@@ -1,6 +1,7 @@
 """What stalls and the request middleware cost, on top of the sampler, measured in one run.
 
     python bench/bench_middleware.py [--rounds 5] [--seconds 6] [--rates 100,1000] [--quick]
+                                     [--in-process]
 
 The same app served three ways, each with the sampler at 100 Hz (the native engine where it is
 built): the sampler alone (``FLEETFLAME_STALLS=0``); with stall watching (the default: every
@@ -447,10 +448,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--rates", default="100,1000", help="requests a second: 1x and 10x")
     parser.add_argument("--quick", action="store_true", help="2 rounds of 2 s")
+    parser.add_argument("--in-process", action="store_true", help="only the part without HTTP")
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.seconds = 2, 2.0
-    over_http(args.rounds, args.seconds, [float(r) for r in args.rates.split(",")])
+    if not args.in_process:
+        over_http(args.rounds, args.seconds, [float(r) for r in args.rates.split(",")])
     in_process(args.rounds)
     return 0
 

@@ -38,6 +38,9 @@ tag_spans: dict[int, list[list[int]]] = {}
 OPEN = 2**63
 _closed: deque[tuple[int, list[int]]] = deque()
 _clock: Callable[[], int] | None = None
+# (labels in force, a tag's own labels) -> (the merged labels, their set id): a tag opened again
+# under the same labels (a request's) merges and interns nothing.
+_merged: dict[tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]], tuple[Any, int]] = {}
 _current: contextvars.ContextVar[tuple[tuple[str, str], ...]] = contextvars.ContextVar(
     "fleetflame_labels", default=()
 )
@@ -87,16 +90,22 @@ def keep_spans(clock: Callable[[], int] | None) -> None:
 
 def prune_spans(before: int) -> None:
     """Forgets the spans closed before tag time ``before``."""
+    # A frame's spans follow one another in time (one tag at a time is innermost in a frame,
+    # and a frame's id is reused only once it is gone), so the closed ones are a prefix of its
+    # list: cut at once, not one by one (a request's frame is reused request after request).
+    keys = set()
     while _closed and _closed[0][1][1] <= before:
-        frame_key, span = _closed.popleft()
+        keys.add(_closed.popleft()[0])
+    for frame_key in keys:
         spans = tag_spans.get(frame_key)
-        if spans is not None:
-            try:
-                spans.remove(span)
-            except ValueError:
-                pass
-            if not spans:
-                tag_spans.pop(frame_key, None)
+        if spans is None:
+            continue
+        cut = 0
+        while cut < len(spans) and spans[cut][1] <= before:
+            cut += 1
+        del spans[:cut]
+        if not spans:
+            tag_spans.pop(frame_key, None)
 
 
 def _retag(frame_key: int, set_id: int | None) -> None:
@@ -108,59 +117,104 @@ def _retag(frame_key: int, set_id: int | None) -> None:
         spans[-1][1] = now
         _closed.append((frame_key, spans[-1]))
     if set_id is not None:
-        tag_spans.setdefault(frame_key, []).append([now, OPEN, set_id])
+        if spans is None:
+            spans = tag_spans.setdefault(frame_key, [])
+        spans.append([now, OPEN, set_id])
 
 
 def _clean(labels: dict[str, Any]) -> dict[str, str]:
-    return {str(k)[:_MAX_TEXT]: str(v)[:_MAX_TEXT] for k, v in labels.items()}
+    cleaned = {}
+    for key, value in labels.items():
+        if type(key) is not str or len(key) > _MAX_TEXT:
+            key = str(key)[:_MAX_TEXT]
+        if type(value) is not str or len(value) > _MAX_TEXT:
+            value = str(value)[:_MAX_TEXT]
+        cleaned[key] = value
+    return cleaned
+
+
+def _merge(outer: tuple[tuple[str, str], ...], own: dict[str, str]) -> tuple[Any, int]:
+    """The labels in force inside a tag with labels ``own`` opened under ``outer``, and their
+    set id (cached: a request's tag is opened again and again under the same labels)."""
+    key = (outer, tuple(own.items()))
+    found = _merged.get(key)
+    if found is None:
+        merged = dict(outer)
+        merged.update(own)
+        items = tuple(sorted(merged.items()))
+        found = (items, _intern(items))
+        if len(_merged) >= MAX_LABEL_SETS:
+            _merged.clear()
+        _merged[key] = found
+    return found
 
 
 class _Tag:
-    """Labels recorded against one frame while a with block or a tagged call runs in it."""
+    """Labels recorded against one frame while a with block or a tagged call runs in it.
 
-    __slots__ = ("_labels", "_frame_key", "_previous", "_token", "_outer")
+    Opened and closed once a request (by the middleware): kept to a few calls."""
+
+    __slots__ = ("_labels", "_frame_key", "_previous", "_token", "_outer", "_open")
+    _token: contextvars.Token[Any] | None
 
     def __init__(self, labels: dict[str, Any]) -> None:
         self._labels = _clean(labels)
 
     def enter(self, frame: Any) -> None:
         self._outer = _current.get()
-        merged = dict(self._outer)
-        merged.update(self._labels)
-        items = tuple(sorted(merged.items()))
-        self._token = _current.set(items)
         self._frame_key = id(frame)
-        self._previous = frame_tags.get(self._frame_key)
-        set_id = frame_tags[self._frame_key] = _intern(items)
+        self._open = False
+        self._token = _current.set(self._open_on_frame())
+
+    def enter_later(self, frame: Any) -> None:
+        """Readies the tag for ``frame`` without opening it: the first ``relabel`` opens it.
+        A request's tag costs nothing before its route is known."""
+        self._outer = _current.get()
+        self._frame_key = id(frame)
+        self._token = None
+        self._open = False
+
+    def _open_on_frame(self) -> tuple[tuple[str, str], ...]:
+        # The frame's labels from now on; returns the labels in force.
+        items, set_id = _merge(self._outer, self._labels)
+        frame_key = self._frame_key
+        if not self._open:
+            self._previous = frame_tags.get(frame_key)
+            self._open = True
+        frame_tags[frame_key] = set_id
         if _clock is not None:
-            _retag(self._frame_key, set_id)
+            _retag(frame_key, set_id)
+        return items  # type: ignore[no-any-return]
 
     def relabel(self, **labels: Any) -> int:
-        """Changes this open tag's labels from now on; returns the new label set's id.
+        """Changes this tag's labels from now on (opening it, after ``enter_later``); returns
+        the new label set's id.
 
         For what is known only after the tag opened (a request's route, once routed); samples
         taken before keep the labels they were taken under, with either engine."""
         self._labels.update(_clean(labels))
-        merged = dict(self._outer)
-        merged.update(self._labels)
-        items = tuple(sorted(merged.items()))
-        set_id = frame_tags[self._frame_key] = _intern(items)
-        if _clock is not None:
-            _retag(self._frame_key, set_id)
-        _current.set(items)  # undone by __exit__'s reset, which restores the value before enter
-        return set_id
+        _current.set(self._open_on_frame())  # undone by __exit__
+        return frame_tags[self._frame_key]
 
     def __enter__(self) -> None:
         self.enter(sys._getframe(1))
 
     def __exit__(self, *exc_info: object) -> None:
-        if self._previous is None:
-            frame_tags.pop(self._frame_key, None)
+        if not self._open:
+            return
+        frame_key, previous = self._frame_key, self._previous
+        if previous is None:
+            frame_tags.pop(frame_key, None)
         else:
-            frame_tags[self._frame_key] = self._previous
+            frame_tags[frame_key] = previous
         if _clock is not None:
-            _retag(self._frame_key, self._previous)
-        _current.reset(self._token)
+            _retag(frame_key, previous)
+        if self._token is not None:
+            _current.reset(self._token)  # the value before enter
+        else:
+            # Opened by relabel, perhaps in a framework hook's context rather than this one
+            # (a token only resets in its own): back to the labels in force before.
+            _current.set(self._outer)
 
 
 def tag(**labels: Any) -> _Tag:

@@ -440,8 +440,10 @@ static PyObject *label_of(drain_state *state, record_head *record, record_frame 
                 }
                 continue;
             }
-            /* [[opened, closed, label set id], ...] */
-            for (Py_ssize_t j = 0; PyList_Check(spans) && j < PyList_GET_SIZE(spans); j++) {
+            /* [[opened, closed, label set id], ...], in time order: newest first, as the
+             * record is recent and a request's frame gathers a span per request. */
+            Py_ssize_t count = PyList_Check(spans) ? PyList_GET_SIZE(spans) : 0;
+            for (Py_ssize_t j = count - 1; j >= 0; j--) {
                 PyObject *span = PyList_GET_ITEM(spans, j);
                 if (!PyList_Check(span) || PyList_GET_SIZE(span) != 3) {
                     continue;

@@ -59,16 +59,17 @@ class WSGIMiddleware:
         wall = time.time() if header else 0.0
         if self._routed:
             request = _Request(_Tag({}), None)
+            request.tag.enter_later(sys._getframe(0))  # opened once routed
         else:
             route = recorder.route_name(environ.get("PATH_INFO") or "/", raw=True)
             request = _Request(_Tag({"route": route}), route)
+            request.tag.enter(sys._getframe(0))
         environ[KEY] = request
 
         def start(status: str, headers: Any, exc_info: Any = None) -> Any:
             request.status = status
             return start_response(status, headers, exc_info)
 
-        request.tag.enter(sys._getframe(0))
         try:
             body = self.app(environ, start)
         except BaseException:

@@ -40,7 +40,7 @@ class Middleware:
         state: list[Any] = [tag, None]
         setattr(request, _ATTRIBUTE, state)
         status = 0
-        tag.enter(sys._getframe(0))
+        tag.enter_later(sys._getframe(0))  # opened once Django resolved the URL
         try:
             response = self.get_response(request)
             status = getattr(response, "status_code", 0)

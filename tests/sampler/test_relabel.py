@@ -1,12 +1,14 @@
 """An open tag's labels changed in place (a request's route, known once routed)."""
 
 import contextlib
+import sys
 import time
 
 import pytest
 from samplerhelpers import ENGINES
 
 import sampler
+from sampler import _labels
 
 
 def spin(seconds):
@@ -77,3 +79,60 @@ def test_samples_keep_the_labels_in_force_when_they_were_taken(engine):
         assert sum(found[leaf].values()) >= 15, (leaf, found[leaf])
     assert {"route": "/users/<id>", "service_tier": "web"} in doc["label_sets"]
     assert isinstance(set_id, int) and set_id > 0
+
+
+def routed_later(route):
+    # As the middleware does: the tag is readied on this frame, opened once the route is known.
+    request = sampler.tag()
+    request.enter_later(sys._getframe(0))
+    try:
+        before_routing()
+        if route is not None:
+            request.relabel(route=route)
+            after_routing()
+    finally:
+        request.__exit__()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_tag_readied_for_later_is_opened_by_its_relabel_only(engine):
+    s = sampler.start(port="none", engine=engine)
+    try:
+        held = s._lock if engine == "native" else contextlib.nullcontext()
+        with held:
+            with sampler.tag(service_tier="web"):
+                routed_later("/users/<id>")
+                assert sampler.current_labels() == {"service_tier": "web"}
+                routed_later(None)  # never routed: nothing opened, nothing to close
+                assert sampler.current_labels() == {"service_tier": "web"}
+        doc = s.profile()
+    finally:
+        sampler.stop()
+    found = labels_by_leaf(doc)
+    web = (("service_tier", "web"),)
+    assert set(found["before_routing"]) == {web}, found["before_routing"]
+    assert set(found["after_routing"]) == {(("route", "/users/<id>"), *web)}
+    assert not _labels.frame_tags
+
+
+def fast_request():
+    request = sampler.tag()
+    request.enter_later(sys._getframe(0))
+    request.relabel(route="/fast")
+    request.__exit__()
+
+
+def test_a_reused_frame_keeps_few_spans_however_many_requests_it_served():
+    # A request's frame is freed and its memory reused by the next request's: every request
+    # leaves two spans on the same frame id, cut once the native engine has drained past them.
+    s = sampler.start(port="none", engine="native")
+    try:
+        for _ in range(50_000):
+            fast_request()
+        for _ in range(2):  # spans go one drain after the samples that could need them
+            with s._lock:
+                s.engine.catch_up()
+        left = sum(len(spans) for spans in _labels.tag_spans.values())
+    finally:
+        sampler.stop()
+    assert left == 0, left
