@@ -46,28 +46,37 @@ def labels_by_leaf(doc):
     return found
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_samples_keep_the_labels_in_force_when_they_were_taken(engine):
+def profile_of(engine, work):
+    """The profile of ``work()``. The native engine drains its samples later: holding the
+    sampler's lock keeps its drain waiting until every label in ``work`` has changed and
+    closed, so the spans must say which samples came before the change. The python engine
+    counts as it samples."""
     s = sampler.start(port="none", engine=engine)
     try:
-        # The native engine drains its samples later: holding the sampler's lock keeps its drain
-        # waiting until every label below has changed and closed, so the spans must say which
-        # samples came before the change. The python engine counts as it samples.
-        held = s._lock if engine == "native" else contextlib.nullcontext()
-        with held:
-            request = sampler.tag(service_tier="web")
-            with request:
-                before_routing()
-                set_id = request.relabel(route="/users/<id>")
-                assert sampler.current_labels() == {"service_tier": "web", "route": "/users/<id>"}
-                after_routing()
-                with sampler.tag(phase="db"):
-                    in_nested_tag()
-            assert sampler.current_labels() == {}
-            after_exit()
-        doc = s.profile()
+        with s._lock if engine == "native" else contextlib.nullcontext():
+            work()
+        return s.profile()
     finally:
         sampler.stop()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_samples_keep_the_labels_in_force_when_they_were_taken(engine):
+    set_ids = []
+
+    def work():
+        request = sampler.tag(service_tier="web")
+        with request:
+            before_routing()
+            set_ids.append(request.relabel(route="/users/<id>"))
+            assert sampler.current_labels() == {"service_tier": "web", "route": "/users/<id>"}
+            after_routing()
+            with sampler.tag(phase="db"):
+                in_nested_tag()
+        assert sampler.current_labels() == {}
+        after_exit()
+
+    doc = profile_of(engine, work)
     found = labels_by_leaf(doc)
     web = (("service_tier", "web"),)
     routed = (("route", "/users/<id>"), ("service_tier", "web"))
@@ -78,36 +87,32 @@ def test_samples_keep_the_labels_in_force_when_they_were_taken(engine):
     for leaf in ("before_routing", "after_routing", "in_nested_tag"):
         assert sum(found[leaf].values()) >= 15, (leaf, found[leaf])
     assert {"route": "/users/<id>", "service_tier": "web"} in doc["label_sets"]
-    assert isinstance(set_id, int) and set_id > 0
+    assert isinstance(set_ids[0], int) and set_ids[0] > 0
 
 
-def routed_later(route):
+def routed_later(route, before=before_routing, after=after_routing):
     # As the middleware does: the tag is readied on this frame, opened once the route is known.
     request = sampler.tag()
     request.enter_later(sys._getframe(0))
     try:
-        before_routing()
+        before()
         if route is not None:
             request.relabel(route=route)
-            after_routing()
+            after()
     finally:
         request.__exit__()
 
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_tag_readied_for_later_is_opened_by_its_relabel_only(engine):
-    s = sampler.start(port="none", engine=engine)
-    try:
-        held = s._lock if engine == "native" else contextlib.nullcontext()
-        with held:
-            with sampler.tag(service_tier="web"):
-                routed_later("/users/<id>")
-                assert sampler.current_labels() == {"service_tier": "web"}
-                routed_later(None)  # never routed: nothing opened, nothing to close
-                assert sampler.current_labels() == {"service_tier": "web"}
-        doc = s.profile()
-    finally:
-        sampler.stop()
+    def work():
+        with sampler.tag(service_tier="web"):
+            routed_later("/users/<id>")
+            assert sampler.current_labels() == {"service_tier": "web"}
+            routed_later(None)  # never routed: nothing opened, nothing to close
+            assert sampler.current_labels() == {"service_tier": "web"}
+
+    doc = profile_of(engine, work)
     found = labels_by_leaf(doc)
     web = (("service_tier", "web"),)
     assert set(found["before_routing"]) == {web}, found["before_routing"]
@@ -115,11 +120,8 @@ def test_a_tag_readied_for_later_is_opened_by_its_relabel_only(engine):
     assert not _labels.frame_tags
 
 
-def fast_request():
-    request = sampler.tag()
-    request.enter_later(sys._getframe(0))
-    request.relabel(route="/fast")
-    request.__exit__()
+def nothing():
+    pass
 
 
 def test_a_reused_frame_keeps_few_spans_however_many_requests_it_served():
@@ -128,7 +130,7 @@ def test_a_reused_frame_keeps_few_spans_however_many_requests_it_served():
     s = sampler.start(port="none", engine="native")
     try:
         for _ in range(50_000):
-            fast_request()
+            routed_later("/fast", nothing, nothing)
         for _ in range(2):  # spans go one drain after the samples that could need them
             with s._lock:
                 s.engine.catch_up()
