@@ -19,19 +19,72 @@ KEY = "fleetflame.request"
 
 
 class _Request:
-    """One request in flight: its tag, its route once known, its status line."""
+    """One request in flight: its tag, its route once known, its status; it also passes the
+    app's ``start_response`` and body through, and is timed until the body is closed."""
 
-    __slots__ = ("tag", "route", "status")
+    __slots__ = (
+        "tag",
+        "route",
+        "status",
+        "started",
+        "header",
+        "wall",
+        "environ",
+        "default",
+        "start_response",
+        "body",
+    )
+    tag: _Tag
+    default: str  # the route until routed
 
-    def __init__(self, tag: _Tag, route: str | None) -> None:
-        self.tag = tag
-        self.route = route
+    def __init__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> None:
+        self.started = time.monotonic()
+        header = environ.get("HTTP_X_REQUEST_START") or environ.get("HTTP_X_QUEUE_START")
+        self.header = header
+        self.wall = time.time() if header else 0.0
+        self.environ = environ
+        self.start_response = start_response
         self.status: str | int = 0
+        self.route: str | None = None
+        self.body: Any = None
 
     def routed(self, template: str) -> None:
         """Names the request after its route template, from now on (its samples too)."""
         self.route = recorder.route_name(template)
         self.tag.relabel(route=self.route)
+
+    def start(self, status: str, headers: Any, exc_info: Any = None) -> Any:
+        """The ``start_response`` the app is given."""
+        self.status = status
+        return self.start_response(status, headers, exc_info)
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.body)
+
+    def close(self) -> None:
+        try:
+            close = getattr(self.body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self.finish()
+
+    def finish(self) -> None:
+        """Hands the finished request to the recorder."""
+        environ = self.environ
+        recorder.finish(
+            (
+                self.route or self.default,
+                self.started,
+                time.monotonic() - self.started,
+                self.header,
+                self.wall,
+                threading.get_ident(),
+                False,
+                self.status,
+                environ.get("PATH_INFO") or "/",
+            )
+        )
 
 
 class WSGIMiddleware:
@@ -54,72 +107,32 @@ class WSGIMiddleware:
     def __call__(
         self, environ: dict[str, Any], start_response: Callable[..., Any]
     ) -> Iterable[bytes]:
-        started = time.monotonic()
-        header = environ.get("HTTP_X_REQUEST_START") or environ.get("HTTP_X_QUEUE_START")
-        wall = time.time() if header else 0.0
+        request = _Request(environ, start_response)
         if self._routed:
-            request = _Request(_Tag({}), None)
-            request.tag.enter_later(sys._getframe(0))  # opened once routed
+            request.default = UNMATCHED
+            request.tag = tag = _Tag({})
+            tag.enter_later(sys._getframe(0))  # opened once routed
         else:
             route = recorder.route_name(environ.get("PATH_INFO") or "/", raw=True)
-            request = _Request(_Tag({"route": route}), route)
-            request.tag.enter(sys._getframe(0))
+            request.route = request.default = route
+            request.tag = tag = _Tag({"route": route})
+            tag.enter(sys._getframe(0))
         environ[KEY] = request
-
-        def start(status: str, headers: Any, exc_info: Any = None) -> Any:
-            request.status = status
-            return start_response(status, headers, exc_info)
-
         try:
-            body = self.app(environ, start)
+            body = self.app(environ, request.start)
         except BaseException:
             request.status = 0
-            _finish(request, started, header, wall, environ, self._routed)
+            request.finish()
             raise
         finally:
-            request.tag.__exit__()
+            tag.__exit__()
         wrapper = environ.get("wsgi.file_wrapper")
         if isinstance(wrapper, type) and isinstance(body, wrapper):
             # Left as is, so the server can still send the file its own way (sendfile).
-            _finish(request, started, header, wall, environ, self._routed)
+            request.finish()
             return body  # type: ignore[return-value]
-        return _Body(body, request, started, header, wall, environ, self._routed)
-
-
-class _Body:
-    """The app's response body, passed through; the request is timed until it is closed."""
-
-    __slots__ = ("_body", "_finish")
-
-    def __init__(self, body: Iterable[bytes], *finish: Any) -> None:
-        self._body = body
-        self._finish = finish
-
-    def __iter__(self) -> Iterator[bytes]:
-        return iter(self._body)
-
-    def close(self) -> None:
-        try:
-            close = getattr(self._body, "close", None)
-            if close is not None:
-                close()
-        finally:
-            _finish(*self._finish)
-
-
-def _finish(
-    request: _Request,
-    started: float,
-    header: str | None,
-    wall: float,
-    environ: dict[str, Any],
-    routed: bool,
-) -> None:
-    elapsed = time.monotonic() - started
-    route = request.route or (UNMATCHED if routed else "/")
-    path = environ.get("PATH_INFO") or "/"
-    ident = threading.get_ident()
-    recorder.finish((route, started, elapsed, header, wall, ident, False, request.status, path))
+        request.body = body
+        return request
 
 
 def _flask_routed() -> None:
