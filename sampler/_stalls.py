@@ -123,16 +123,14 @@ class StallWatcher:
         self.stalls: deque[Stall] = deque(maxlen=MAX_STALLS)
         self._next_id = 1
         self._lock = threading.Lock()
-        # Stalls a timed call reported, waiting for the watcher to add their stacks (the work is
-        # the watcher's, not the host thread's), and a signal when none wait.
+        # Stalls a timed call reported, waiting for the watcher's stacks; a signal when none do.
         self._pending: deque[tuple[Stall, float, float]] = deque()
         self._settled = threading.Condition(self._lock)
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         # thread ident -> (kind, monotonic start) of the callback or request it runs now
         self._running: dict[int, tuple[str, float]] = {}
-        # thread ident -> (the monotonic start of the call it was read in, its stacks read
-        # since that call ran half its threshold, and when)
+        # thread ident -> (the start of the call it was read in, its stacks read since)
         self._wall: dict[int, tuple[float, list[tuple[float, str]]]] = {}
         # (module, class, method) -> the original method, for what is wrapped now
         self._wrapped: dict[tuple[str, str, str], Any] = {}
@@ -214,10 +212,11 @@ class StallWatcher:
         name_os_thread()
         while not self._stopping.is_set():
             try:
+                threads = dict(threading._active)  # type: ignore[attr-defined]
                 waited = self._sleep(self.period)
                 now = time.monotonic()
                 if waited > self.threshold:
-                    self._gil_held(now - waited, now)
+                    self._gil_held(now - waited, now, threads)
                 self._wrap_loaded()
                 # Stalls that ended first, with the stacks read in them; then the calls running.
                 self._finish_pending()
@@ -235,8 +234,8 @@ class StallWatcher:
         # Without the native engine this is any lateness, the scheduler's included.
         return max(0.0, time.monotonic() - started - period)
 
-    def _gil_held(self, started: float, ended: float) -> None:
-        # Which thread held it: the one the engine sampled most meanwhile.
+    def _gil_held(self, started: float, ended: float, threads: dict[int, Any]) -> None:
+        # The thread the engine sampled most meanwhile, named as before the hold (it may end).
         self._catch_up()
         per_thread: dict[int, float] = {}
         for at, ident, _, weight in self._recent():
@@ -244,6 +243,7 @@ class StallWatcher:
                 per_thread[ident] = per_thread.get(ident, 0.0) + weight
         holder = max(per_thread, key=per_thread.__getitem__) if per_thread else None
         stall = Stall("gil", holder, self._clock_offset + started, ended - started)
+        stall.thread = threads[holder].name if holder in threads else stall.thread
         stall.what = "the GIL held" + ("" if holder is not None else " (thread unknown)")
         self._finish(stall, started, ended)
 
