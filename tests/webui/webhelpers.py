@@ -98,6 +98,13 @@ def client_over(
     store.close()
     then(url)
     app = create_app({"DATABASE_URL": url})
+    # Warming done and its thread gone first: a module's client outlives a test, and no
+    # fleetflame thread may (tests/conftest.py), however slowly a loaded machine warms.
+    db = app.extensions["fleetflame_db"]
+    db.open()
+    if db.warmer is not None:
+        db.warmer.wait(60)
+        db.warmer.stop()
     try:
         yield app.test_client()
     finally:
