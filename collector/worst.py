@@ -30,7 +30,7 @@ from collector.targets import Target
 from sampler._sketch import Sketch, SketchError
 from sampler.profile import align_down
 
-__all__ = ["WorstCases", "sketch_delta"]
+__all__ = ["WorstCases", "add_hour_rows", "add_request_rows", "sketch_delta"]
 
 log = logging.getLogger("collector.worst")
 
@@ -39,6 +39,10 @@ SKETCHES = ("latency", "queue", "total")
 MAX_STALLS = 500
 MAX_ROUTES = 200
 MAX_BYTES = 8_000_000
+HOUR = 3600
+# Slow stacks an hour's row of a route keeps (every instance's merged); the rest under OTHER.
+MAX_HOUR_STACKS = 5000
+OTHER = "[other]"
 
 
 class BadDocument(ValueError):
@@ -93,6 +97,8 @@ class WorstCases:
                 )
                 table = schema.request_buckets
                 conn.execute(table.delete().where(table.c.bucket < int(before)))
+                hours = schema.request_hours  # an hour goes once all of it has
+                conn.execute(hours.delete().where(hours.c.hour <= int(before) - HOUR))
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -180,48 +186,95 @@ class WorstCases:
     # Writing -------------------------------------------------------------------------------
 
     def _add_buckets(self, conn: sa.Connection, rows: list[dict]) -> None:
-        """Adds rows to request_buckets, merging with a row of the same key (two reads in one
-        minute)."""
-        table = schema.request_buckets
-        for row in rows:
-            key = (
-                (table.c.bucket == row["bucket"])
-                & (table.c.instance == row["instance"])
-                & (table.c.route == row["route"])
-            )
-            old = conn.execute(sa.select(table).where(key)).mappings().first()
-            if old is None:
-                conn.execute(table.insert(), [row])
-                continue
-            merged = merge_bucket_rows(dict(old), row)
-            conn.execute(table.update().where(key).values(**merged))
+        add_request_rows(conn, rows)
+
+
+def add_request_rows(conn: sa.Connection, rows: list[dict]) -> None:
+    """Adds rows to request_buckets, merging with a row of the same key (two reads in one
+    minute), and each into its hour's row of request_hours."""
+    table = schema.request_buckets
+    for row in rows:
+        key = (
+            (table.c.bucket == row["bucket"])
+            & (table.c.instance == row["instance"])
+            & (table.c.route == row["route"])
+        )
+        old = conn.execute(sa.select(table).where(key)).mappings().first()
+        if old is None:
+            conn.execute(table.insert(), [row])
+            continue
+        merged = merge_bucket_rows(dict(old), row)
+        conn.execute(table.update().where(key).values(**merged))
+    add_hour_rows(conn, rows)
+
+
+def add_hour_rows(conn: sa.Connection, rows: Iterable[dict]) -> None:
+    """Merges request_buckets rows into their hours' rows of request_hours: one read and one
+    write per hour, service and route, however many instances the rows come from."""
+    hours: dict[tuple[int, str, str], _Figures] = {}
+    for row in rows:
+        key = (align_down(int(row["bucket"]), HOUR), row["service"], row["route"])
+        hours.setdefault(key, _Figures()).add(row)
+    table = schema.request_hours
+    for (hour, service, route), figures in hours.items():
+        where = (table.c.hour == hour) & (table.c.service == service) & (table.c.route == route)
+        old = conn.execute(sa.select(table).where(where)).mappings().first()
+        if old is None:
+            key = {"hour": hour, "service": service, "route": route}
+            conn.execute(table.insert(), [{**key, **figures.add(None).row(MAX_HOUR_STACKS)}])
+        else:
+            values = figures.add(old).row(MAX_HOUR_STACKS)
+            conn.execute(table.update().where(where).values(**values))
 
 
 def merge_bucket_rows(old: dict, new: dict) -> dict:
     """The row of what two request rows of one bucket, instance and route hold together."""
-    sketches_old, sketches_new = json.loads(old["sketches"]), json.loads(new["sketches"])
-    sketches = {}
-    for name in SKETCHES:
-        merged = Sketch.from_document(sketches_old[name])
-        merged.merge(Sketch.from_document(sketches_new[name]))
-        sketches[name] = merged.document()
-    slow_old, slow_new = json.loads(old["slow"]), json.loads(new["slow"])
-    stacks = dict(slow_old["stacks"])
-    for stack, weight in slow_new["stacks"].items():
-        stacks[stack] = stacks.get(stack, 0) + weight
-    slowest = sorted(slow_old["slowest"] + slow_new["slowest"], key=lambda r: -r["duration"])
-    return {
-        "count": old["count"] + new["count"],
-        "errors": old["errors"] + new["errors"],
-        "sketches": json.dumps(sketches),
-        "slow": json.dumps(
-            {
-                "count": slow_old["count"] + slow_new["count"],
-                "stacks": stacks,
-                "slowest": slowest[:5],
-            }
-        ),
-    }
+    return _Figures().add(old).add(new).row()
+
+
+class _Figures:
+    """Request rows' figures added up: counts, sketches, the slowest 1%'s stacks and the
+    slowest requests."""
+
+    def __init__(self) -> None:
+        self.count = self.errors = self.slow_count = 0
+        self.sketches = {name: Sketch() for name in SKETCHES}
+        self.stacks: dict[str, float] = {}
+        self.slowest: list[dict] = []
+
+    def add(self, row: Any) -> _Figures:
+        """Adds a row as stored (its sketches and slow requests as JSON); None adds nothing."""
+        if row is None:
+            return self
+        self.count += row["count"]
+        self.errors += row["errors"]
+        sketches = json.loads(row["sketches"])
+        for name in SKETCHES:
+            self.sketches[name].merge(Sketch.from_document(sketches[name]))
+        slow = json.loads(row["slow"])
+        self.slow_count += slow["count"]
+        stacks = self.stacks
+        for stack, weight in slow["stacks"].items():
+            stacks[stack] = stacks.get(stack, 0) + weight
+        self.slowest = sorted(self.slowest + slow["slowest"], key=lambda r: -r["duration"])[:5]
+        return self
+
+    def row(self, max_stacks: int | None = None) -> dict:
+        """The figures as a row stores them; past ``max_stacks`` slow stacks, the lightest
+        are summed under [other]."""
+        stacks = self.stacks
+        if max_stacks is not None and len(stacks) > max_stacks:
+            other = stacks.get(OTHER, 0)
+            ranked = sorted((i for i in stacks.items() if i[0] != OTHER), key=lambda i: -i[1])
+            stacks = dict(ranked[: max_stacks - 1])
+            stacks[OTHER] = other + sum(weight for _, weight in ranked[max_stacks - 1 :])
+        slow = {"count": self.slow_count, "stacks": stacks, "slowest": self.slowest}
+        return {
+            "count": self.count,
+            "errors": self.errors,
+            "sketches": json.dumps({n: sketch.document() for n, sketch in self.sketches.items()}),
+            "slow": json.dumps(slow),
+        }
 
 
 def sketch_delta(current: Sketch, before: Sketch | None) -> Sketch:

@@ -21,7 +21,7 @@ from flask import Blueprint, Response, jsonify, request
 from collector.store import schema
 from collector.worst import SKETCHES, stall_stacks
 from sampler._sketch import Sketch
-from sampler.profile import align_down
+from sampler.profile import align_down, align_up
 from webui import api, db, pages
 from webui.api import _describe, _selection
 from webui.model import diff_tree, flame_tree, rank_changes
@@ -33,8 +33,10 @@ bp = Blueprint("worst", __name__)
 api.json_errors(bp)
 
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
-# Rows of request_buckets one /api/requests reads at most (one per minute, instance, route).
+# Rows of request figures one /api/requests reads at most (one per minute, instance and route;
+# for whole hours without a host or instance filter, one per hour, service and route).
 MAX_REQUEST_ROWS = 200_000
+HOUR = 3600
 # Stalls whose stacks make the stall flamegraph, the longest first.
 MAX_FLAME_STALLS = 5_000
 MAX_BUCKETS = 1500
@@ -89,17 +91,8 @@ def routes() -> Response:
     """Per route: requests, errors, latency, queueing and total percentiles, the slowest
     requests, and the flamegraph of the slowest 1%."""
     selection = _selection()
-    table = schema.request_buckets
-    where = _where(table, selection, table.c.bucket)
     with db.read_connection("reading worst cases") as conn:
-        count = conn.execute(sa.select(sa.func.count()).select_from(table).where(where)).scalar()
-        if count > MAX_REQUEST_ROWS:  # no rollup of these rows yet: a shorter window
-            raise ParamError(
-                "from",
-                f"{count:,} minutes of route figures in this window, more than the "
-                f"{MAX_REQUEST_ROWS:,} read at once: choose a shorter window or a service",
-            )
-        rows = conn.execute(sa.select(table).where(where)).all()
+        rows = _request_rows(conn, selection)
     merged: dict[str, dict[str, Any]] = {}
     slow_stacks: dict[str, float] = {}
     for row in rows:
@@ -136,13 +129,11 @@ def slow_diff() -> Response:
     route = (request.args.get("route") or "").strip()
     if not route or len(route) > 1000:
         raise ParamError("route", "name a route, as /api/requests lists it")
-    table = schema.request_buckets
-    where = _where(table, selection, table.c.bucket) & (table.c.route == route)
     with db.read_connection("reading worst cases") as conn:
-        rows = conn.execute(sa.select(table.c.slow).where(where).limit(MAX_REQUEST_ROWS)).all()
+        rows = _request_rows(conn, selection, route)
     slow: dict[str, float] = {}
-    for (text,) in rows:
-        for stack, weight in json.loads(text)["stacks"].items():
+    for row in rows:
+        for stack, weight in json.loads(row.slow)["stacks"].items():
             slow[stack] = slow.get(stack, 0) + weight
     labels = (*selection.labels, ("route", route))
     everything = db.get_db().read(replace(selection, labels=labels)).counts
@@ -185,6 +176,43 @@ def _stall(row: Any) -> dict[str, Any]:
         "what": row.what,
         "stacks": stacks,
     }
+
+
+def _request_rows(conn: sa.Connection, selection: Selection, route: str | None = None) -> list[Any]:
+    """The request figures of the window, of one route or all (rows of route, count, errors,
+    sketches, slow):
+    its whole hours from request_hours when no host or instance is asked for, its minutes
+    from request_buckets otherwise and at its edges. Refused past MAX_REQUEST_ROWS."""
+    start, end = selection.start, selection.end
+    parts = [(schema.request_buckets, start, end)]
+    if not selection.hosts and not selection.instances:
+        first, last = align_up(start, HOUR), align_down(end, HOUR)
+        if first < last:
+            parts = [
+                (schema.request_buckets, start, first),
+                (schema.request_hours, first, last),
+                (schema.request_buckets, last, end),
+            ]
+    selects = []
+    for table, part_start, part_end in parts:
+        time = table.c.hour if table is schema.request_hours else table.c.bucket
+        where = _where(table, replace(selection, start=part_start, end=part_end), time)
+        columns = [table.c[name] for name in ("route", "count", "errors", "sketches", "slow")]
+        if route is not None:
+            where &= table.c.route == route
+        selects.append(sa.select(*columns).where(where))
+    count = sum(
+        conn.execute(sa.select(sa.func.count()).select_from(query.subquery())).scalar() or 0
+        for query in selects
+    )
+    if count > MAX_REQUEST_ROWS:
+        raise ParamError(
+            "from",
+            f"{count:,} rows of route figures in this window, more than the "
+            f"{MAX_REQUEST_ROWS:,} read at once: choose a shorter window, or leave out the "
+            "host and instance filters (whole hours are then read already merged)",
+        )
+    return [row for query in selects for row in conn.execute(query).all()]
 
 
 def _where(table: sa.Table, selection: Selection, time: sa.Column) -> Any:

@@ -23,6 +23,7 @@ __all__ = [
     "label_sets",
     "metadata",
     "request_buckets",
+    "request_hours",
     "samples",
     "series",
     "stacks",
@@ -166,6 +167,17 @@ request_buckets = sa.Table(
     sa.Column("instance", sa.Text, primary_key=True),
     sa.Column("route", sa.Text, primary_key=True),
     *_not_null(service=sa.Text, host=sa.Text),
+    *_not_null(count=sa.BigInteger, errors=sa.BigInteger, sketches=sa.Text, slow=sa.Text),
+)
+
+# The same per hour, service and route, every instance and host merged (migration 0008): what
+# a long window reads when no host or instance is asked for.
+request_hours = sa.Table(
+    "request_hours",
+    metadata,
+    *_key("hour"),
+    sa.Column("service", sa.Text, primary_key=True),
+    sa.Column("route", sa.Text, primary_key=True),
     *_not_null(count=sa.BigInteger, errors=sa.BigInteger, sketches=sa.Text, slow=sa.Text),
 )
 

@@ -152,8 +152,7 @@ def record_slow_requests(
 
     import sqlalchemy as sa
 
-    from collector.store import schema
-    from collector.worst import SKETCHES
+    from collector.worst import SKETCHES, add_request_rows
     from sampler._sketch import Sketch
 
     latency = Sketch()
@@ -178,5 +177,5 @@ def record_slow_requests(
     ]
     engine = sa.create_engine(url)
     with engine.begin() as conn:
-        conn.execute(schema.request_buckets.insert(), rows)
+        add_request_rows(conn, rows)
     engine.dispose()
