@@ -37,6 +37,10 @@ TABLES: tuple[sa.Table, ...] = (
     schema.cursor_targets,
     schema.cursor_label_sets,
     schema.cursor_log,
+    schema.stall_events,
+    schema.request_buckets,
+    schema.request_hours,
+    schema.findings,
 )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -50,9 +51,33 @@ def _fill(url: str) -> dict[str, int]:
         ],
     )
     store.rollup(T0 + 10 * 86400)  # coarser tiers get rows too: they must travel as well
+    _fill_worst_cases(store)
     profile = Query(store).profile(T0, T0 + 2 * 86400, Filters(services=("api",)))
     store.engine.dispose()
     return profile
+
+
+def _fill_worst_cases(store: Store) -> None:
+    """A stall, two minutes of a route's request figures (and so their hour), a finding."""
+    from collector.worst import SKETCHES, add_request_rows
+    from sampler._sketch import Sketch
+
+    sketches = json.dumps({name: Sketch().document() for name in SKETCHES})
+    slow = json.dumps({"count": 1, "stacks": {"app:main;db:query": 2.0}, "slowest": []})
+    stall = {"id": 1, "start": T0 + 5.0, "duration": 0.2, "service": "api", "host": "web-0"}
+    stall |= {"instance": "inst-0", "kind": "gil", "thread": "t", "what": "w", "stacks": "{}"}
+    finding = {"id": 1, "found_at": T0 + 86400.0, "service": "api", "function": "lib:f1"}
+    finding |= {"kind": "self", "a_share": 0.1, "b_share": 0.2, "change": 10.0, "q": 0.001}
+    finding |= {"compared": "versions", "a_from": T0, "a_to": T0 + 3600, "b_from": T0 + 3600}
+    finding |= {"b_to": T0 + 7200, "a_label": "version:1.4.1", "b_label": "version:1.4.2"}
+    finding |= {"link": "/compare", "sent": 0}
+    with store.engine.write_transaction() as conn:
+        conn.execute(schema.stall_events.insert(), [stall])
+        conn.execute(schema.findings.insert(), [finding])
+        for minute in range(2):
+            row = {"bucket": T0 + 60 * minute, "instance": "inst-0", "route": "/x", "host": "h"}
+            row |= {"service": "api", "count": 10, "errors": 1, "sketches": sketches, "slow": slow}
+            add_request_rows(conn, [row])
 
 
 def _counts(url: str) -> dict[str, int]:
@@ -75,6 +100,8 @@ def test_copy_keeps_every_row_and_every_answer(direction, sqlite_url, pg_url) ->
 
     assert copied == _counts(source) == _counts(target)
     assert copied["samples"] > 100 and copied["cursor_log"] == 1
+    worst = ("stall_events", "request_buckets", "request_hours", "findings")
+    assert [copied[name] for name in worst] == [1, 2, 1, 1]
     assert messages[-1].startswith("done in")
     with Store(target) as moved, Store(source) as original:
         query = Query(moved)
