@@ -39,7 +39,7 @@ TABLES: tuple[sa.Table, ...] = (
     schema.cursor_log,
     schema.stall_events,
     schema.request_buckets,
-    schema.request_hours,
+    schema.request_fleet,
     schema.findings,
 )
 

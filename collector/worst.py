@@ -30,7 +30,7 @@ from collector.targets import Target
 from sampler._sketch import Sketch, SketchError
 from sampler.profile import align_down
 
-__all__ = ["WorstCases", "add_hour_rows", "add_request_rows", "sketch_delta"]
+__all__ = ["FLEET_WIDTHS", "WorstCases", "add_fleet_rows", "add_request_rows", "sketch_delta"]
 
 log = logging.getLogger("collector.worst")
 
@@ -39,9 +39,10 @@ SKETCHES = ("latency", "queue", "total")
 MAX_STALLS = 500
 MAX_ROUTES = 200
 MAX_BYTES = 8_000_000
-HOUR = 3600
-# Slow stacks an hour's row of a route keeps (every instance's merged); the rest under OTHER.
-MAX_HOUR_STACKS = 5000
+# The widths request_fleet keeps, coarsest first: a window is read in as few rows as fit it.
+FLEET_WIDTHS = (86400, 3600, 600, 60)
+# Slow stacks a request_fleet row keeps (every instance's merged); the rest under OTHER.
+MAX_FLEET_STACKS = 5000
 OTHER = "[other]"
 
 
@@ -97,8 +98,8 @@ class WorstCases:
                 )
                 table = schema.request_buckets
                 conn.execute(table.delete().where(table.c.bucket < int(before)))
-                hours = schema.request_hours  # an hour goes once all of it has
-                conn.execute(hours.delete().where(hours.c.hour <= int(before) - HOUR))
+                fleet = schema.request_fleet  # a row goes once all of its time has
+                conn.execute(fleet.delete().where(fleet.c.bucket + fleet.c.width <= int(before)))
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -191,7 +192,7 @@ class WorstCases:
 
 def add_request_rows(conn: sa.Connection, rows: list[dict]) -> None:
     """Adds rows to request_buckets, merging with a row of the same key (two reads in one
-    minute), and each into its hour's row of request_hours."""
+    minute), and each into the rows of request_fleet that hold its time."""
     table = schema.request_buckets
     for row in rows:
         key = (
@@ -205,25 +206,31 @@ def add_request_rows(conn: sa.Connection, rows: list[dict]) -> None:
             continue
         merged = merge_bucket_rows(dict(old), row)
         conn.execute(table.update().where(key).values(**merged))
-    add_hour_rows(conn, rows)
+    add_fleet_rows(conn, rows)
 
 
-def add_hour_rows(conn: sa.Connection, rows: Iterable[dict]) -> None:
-    """Merges request_buckets rows into their hours' rows of request_hours: one read and one
-    write per hour, service and route, however many instances the rows come from."""
-    hours: dict[tuple[int, str, str], _Figures] = {}
+def add_fleet_rows(conn: sa.Connection, rows: Iterable[dict]) -> None:
+    """Merges request_buckets rows into request_fleet at every width: one read and one write
+    per width, bucket, service and route, however many instances the rows come from."""
+    groups: dict[tuple[int, int, str, str], _Figures] = {}
     for row in rows:
-        key = (align_down(int(row["bucket"]), HOUR), row["service"], row["route"])
-        hours.setdefault(key, _Figures()).add(row)
-    table = schema.request_hours
-    for (hour, service, route), figures in hours.items():
-        where = (table.c.hour == hour) & (table.c.service == service) & (table.c.route == route)
+        for width in FLEET_WIDTHS:
+            key = (width, align_down(int(row["bucket"]), width), row["service"], row["route"])
+            groups.setdefault(key, _Figures()).add(row)
+    table = schema.request_fleet
+    for (width, bucket, service, route), figures in groups.items():
+        where = (
+            (table.c.width == width)
+            & (table.c.bucket == bucket)
+            & (table.c.service == service)
+            & (table.c.route == route)
+        )
         old = conn.execute(sa.select(table).where(where)).mappings().first()
+        values = figures.add(old).row(MAX_FLEET_STACKS)
         if old is None:
-            key = {"hour": hour, "service": service, "route": route}
-            conn.execute(table.insert(), [{**key, **figures.add(None).row(MAX_HOUR_STACKS)}])
+            key = {"width": width, "bucket": bucket, "service": service, "route": route}
+            conn.execute(table.insert(), [{**key, **values}])
         else:
-            values = figures.add(old).row(MAX_HOUR_STACKS)
             conn.execute(table.update().where(where).values(**values))
 
 
@@ -250,7 +257,7 @@ class _Figures:
         self.errors += row["errors"]
         sketches = json.loads(row["sketches"])
         for name in SKETCHES:
-            self.sketches[name].merge(Sketch.from_document(sketches[name]))
+            self.sketches[name].merge_document(sketches[name])
         slow = json.loads(row["slow"])
         self.slow_count += slow["count"]
         stacks = self.stacks

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from flask import Blueprint, Response, jsonify, request
 
 from collector.store import schema
-from collector.worst import SKETCHES, stall_stacks
+from collector.worst import FLEET_WIDTHS, SKETCHES, stall_stacks
 from sampler._sketch import Sketch
 from sampler.profile import align_down, align_up
 from webui import api, db, pages
@@ -33,10 +33,10 @@ bp = Blueprint("worst", __name__)
 api.json_errors(bp)
 
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
-# Rows of request figures one /api/requests reads at most (one per minute, instance and route;
-# for whole hours without a host or instance filter, one per hour, service and route).
+# Rows of request figures one /api/requests reads at most (one per minute, instance and route
+# with a host or instance filter; else one per day, hour, ten minutes or minute, service and
+# route).
 MAX_REQUEST_ROWS = 200_000
-HOUR = 3600
 # Stalls whose stacks make the stall flamegraph, the longest first.
 MAX_FLAME_STALLS = 5_000
 MAX_BUCKETS = 1500
@@ -104,7 +104,7 @@ def routes() -> Response:
         route["errors"] += row.errors
         sketches = json.loads(row.sketches)
         for name in SKETCHES:
-            route[name].merge(Sketch.from_document(sketches[name]))
+            route[name].merge_document(sketches[name])
         slow = json.loads(row.slow)
         route["slow"] += slow["count"]
         route["slowest"] += slow["slowest"]
@@ -179,27 +179,23 @@ def _stall(row: Any) -> dict[str, Any]:
 
 
 def _request_rows(conn: sa.Connection, selection: Selection, route: str | None = None) -> list[Any]:
-    """The request figures of the window, of one route or all (rows of route, count, errors,
-    sketches, slow):
-    its whole hours from request_hours when no host or instance is asked for, its minutes
-    from request_buckets otherwise and at its edges. Refused past MAX_REQUEST_ROWS."""
-    start, end = selection.start, selection.end
-    parts = [(schema.request_buckets, start, end)]
-    if not selection.hosts and not selection.instances:
-        first, last = align_up(start, HOUR), align_down(end, HOUR)
-        if first < last:
-            parts = [
-                (schema.request_buckets, start, first),
-                (schema.request_hours, first, last),
-                (schema.request_buckets, last, end),
-            ]
+    """The request figures of the minutes that start in the window, of one route or all
+    (rows of route, count, errors, sketches, slow): from request_fleet, every instance merged,
+    in as few rows as fit the window, when no host or instance is asked for; else every
+    instance's minutes from request_buckets. Refused past MAX_REQUEST_ROWS."""
     selects = []
-    for table, part_start, part_end in parts:
-        time = table.c.hour if table is schema.request_hours else table.c.bucket
-        where = _where(table, replace(selection, start=part_start, end=part_end), time)
-        columns = [table.c[name] for name in ("route", "count", "errors", "sketches", "slow")]
+    if selection.hosts or selection.instances:
+        parts = [(schema.request_buckets, None, selection.start, selection.end)]
+    else:
+        start, end = align_up(selection.start, 60), align_up(selection.end, 60)
+        parts = [(schema.request_fleet, *part) for part in _cover(start, end, FLEET_WIDTHS)]
+    for table, width, part_start, part_end in parts:
+        where = _where(table, replace(selection, start=part_start, end=part_end), table.c.bucket)
+        if width is not None:
+            where &= table.c.width == width
         if route is not None:
             where &= table.c.route == route
+        columns = [table.c[name] for name in ("route", "count", "errors", "sketches", "slow")]
         selects.append(sa.select(*columns).where(where))
     count = sum(
         conn.execute(sa.select(sa.func.count()).select_from(query.subquery())).scalar() or 0
@@ -210,9 +206,24 @@ def _request_rows(conn: sa.Connection, selection: Selection, route: str | None =
             "from",
             f"{count:,} rows of route figures in this window, more than the "
             f"{MAX_REQUEST_ROWS:,} read at once: choose a shorter window, or leave out the "
-            "host and instance filters (whole hours are then read already merged)",
+            "host and instance filters (every instance is then read already merged)",
         )
     return [row for query in selects for row in conn.execute(query).all()]
+
+
+def _cover(start: int, end: int, widths: tuple[int, ...]) -> list[tuple[int, int, int]]:
+    """[start, end) (whole minutes) as (width, from, to) parts of buckets of those widths
+    (each divides the one before), the coarsest that fit first."""
+    if start >= end:
+        return []
+    width, finer = widths[0], widths[1:]
+    first, last = align_up(start, width), align_down(end, width)
+    if first >= last:
+        return _cover(start, end, finer) if finer else []
+    middle = [(width, first, last)]
+    if not finer:
+        return middle
+    return _cover(start, first, finer) + middle + _cover(last, end, finer)
 
 
 def _where(table: sa.Table, selection: Selection, time: sa.Column) -> Any:

@@ -23,7 +23,7 @@ __all__ = [
     "label_sets",
     "metadata",
     "request_buckets",
-    "request_hours",
+    "request_fleet",
     "samples",
     "series",
     "stacks",
@@ -170,12 +170,13 @@ request_buckets = sa.Table(
     *_not_null(count=sa.BigInteger, errors=sa.BigInteger, sketches=sa.Text, slow=sa.Text),
 )
 
-# The same per hour, service and route, every instance and host merged (migration 0008): what
-# a long window reads when no host or instance is asked for.
-request_hours = sa.Table(
-    "request_hours",
+# The same per service and route, every instance and host merged, at each of the widths of
+# collector.worst.FLEET_WIDTHS (migration 0008): what a window reads when no host or instance
+# is asked for, its whole days by the day, and so on down to its minutes.
+request_fleet = sa.Table(
+    "request_fleet",
     metadata,
-    *_key("hour"),
+    *_key("width", "bucket"),
     sa.Column("service", sa.Text, primary_key=True),
     sa.Column("route", sa.Text, primary_key=True),
     *_not_null(count=sa.BigInteger, errors=sa.BigInteger, sketches=sa.Text, slow=sa.Text),

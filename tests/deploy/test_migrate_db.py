@@ -58,7 +58,7 @@ def _fill(url: str) -> dict[str, int]:
 
 
 def _fill_worst_cases(store: Store) -> None:
-    """A stall, two minutes of a route's request figures (and so their hour), a finding."""
+    """A stall, two minutes of a route's request figures (and their fleet rows), a finding."""
     from collector.worst import SKETCHES, add_request_rows
     from sampler._sketch import Sketch
 
@@ -100,8 +100,8 @@ def test_copy_keeps_every_row_and_every_answer(direction, sqlite_url, pg_url) ->
 
     assert copied == _counts(source) == _counts(target)
     assert copied["samples"] > 100 and copied["cursor_log"] == 1
-    worst = ("stall_events", "request_buckets", "request_hours", "findings")
-    assert [copied[name] for name in worst] == [1, 2, 1, 1]
+    worst = ("stall_events", "request_buckets", "request_fleet", "findings")
+    assert [copied[name] for name in worst] == [1, 2, 2 + 1 + 1 + 1, 1]
     assert messages[-1].startswith("done in")
     with Store(target) as moved, Store(source) as original:
         query = Query(moved)

@@ -1,12 +1,14 @@
-"""Request hours: per hour, service and route, every instance's request figures merged.
+"""Request figures of the fleet: per service and route, every instance's merged, by the day,
+the hour, ten minutes and the minute.
 
 Revision ID: 0008
 Revises: 0007
 Create Date: 2026-11-25
 
-request_hours is what /api/requests reads for the whole hours of a window when no host or
-instance is asked for, so a month of a fleet is a few thousand rows, not millions
-(collector/worst.py writes it with request_buckets). Filled here from the minute rows kept.
+request_fleet is what /api/requests reads when no host or instance is asked for: a window's
+whole days by the day, and so on down to the minutes of its edges, so a month of a fleet is a
+few thousand rows, not millions (collector/worst.py writes it with request_buckets). Filled
+here from the minute rows kept.
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ CHUNK = 10_000
 
 
 def upgrade() -> None:
-    """Creates request_hours and fills it from request_buckets."""
-    from collector.worst import add_hour_rows
+    """Creates request_fleet and fills it from request_buckets."""
+    from collector.worst import add_fleet_rows
 
     op.create_table(
-        "request_hours",
-        sa.Column("hour", sa.BigInteger, primary_key=True, autoincrement=False),
+        "request_fleet",
+        sa.Column("width", sa.BigInteger, primary_key=True, autoincrement=False),
+        sa.Column("bucket", sa.BigInteger, primary_key=True, autoincrement=False),
         sa.Column("service", sa.Text, primary_key=True),
         sa.Column("route", sa.Text, primary_key=True),
         sa.Column("count", sa.BigInteger, nullable=False),
@@ -55,7 +58,7 @@ def upgrade() -> None:
         rows = [dict(row) for row in conn.execute(query).mappings()]
         if not rows:
             break
-        add_hour_rows(conn, rows)
+        add_fleet_rows(conn, rows)
         last = rows[-1]
         after = (last["bucket"], last["instance"], last["route"])
 

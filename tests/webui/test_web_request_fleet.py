@@ -1,5 +1,6 @@
-"""Request figures by the hour (issue 16): a long window reads every instance's requests
-already merged per hour, service and route, and answers as the minute rows do."""
+"""Request figures of the fleet (issue 16): a window reads every instance's requests already
+merged per service and route, by the day, hour, ten minutes and minute, and answers as the
+minute rows of every instance do."""
 
 import json
 import random
@@ -9,12 +10,13 @@ import sqlalchemy as sa
 from webhelpers import T0
 
 from collector.store import Store, schema
-from collector.worst import MAX_HOUR_STACKS, OTHER, SKETCHES, WorstCases, add_request_rows
+from collector.worst import MAX_FLEET_STACKS, OTHER, SKETCHES, WorstCases, add_request_rows
 from sampler._sketch import Sketch
 from webui import create_app, worst
 
 ROUTES = ("/orders/<id>", "/search")
 INSTANCES = ("i-1", "i-2", "i-3")
+STORED = range(-30, 3 * 60 + 30)  # minutes from T0: 30 either side of three hours
 
 
 def minute_rows(bucket, rng):
@@ -60,7 +62,7 @@ def client(db_url):
     rng = random.Random(7)
     engine = sa.create_engine(db_url)
     with engine.begin() as conn:
-        for minute in range(-30, 3 * 60 + 30):  # 30 minutes either side of three hours
+        for minute in STORED:
             add_request_rows(conn, minute_rows(T0 + 60 * minute, rng))
     engine.dispose()
     app = create_app({"DATABASE_URL": db_url})
@@ -76,19 +78,40 @@ def routes(client, **query):
     return answer.json
 
 
-def test_whole_hours_read_merged_answer_as_the_minutes_do(client, db_url):
-    window = {"from": T0 - 20 * 60, "to": T0 + 3 * 3600 + 10 * 60}
+def fleet_rows(db_url, width):
+    engine = sa.create_engine(db_url)
+    table = schema.request_fleet
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(table).where(table.c.width == width)).mappings().all()
+    engine.dispose()
+    return rows
+
+
+@pytest.mark.parametrize(
+    "start, end",
+    [
+        (T0 - 20 * 60, T0 + 3 * 3600 + 10 * 60),  # minutes, ten minutes and hours
+        (T0 - 20 * 60 + 30, T0 + 3 * 3600 + 10 * 60 + 1),  # seconds into a minute
+        (T0 + 600, T0 + 1800),  # ten minutes only
+        (T0 - 1800, T0 + 4 * 3600),  # every minute stored
+    ],
+)
+def test_merged_rows_answer_as_every_instances_minutes_do(client, db_url, start, end):
+    window = {"from": start, "to": end}
     merged = routes(client, **window)
     by_minute = routes(client, **window, host="h")  # a host filter reads the minute rows
     assert [r["route"] for r in merged["routes"]] and merged["routes"] == by_minute["routes"]
     assert merged["slow_flamegraph"] == by_minute["slow_flamegraph"]
+    minutes = sum(start <= T0 + 60 * minute < end for minute in STORED)
     counts = {r["route"]: r["count"] for r in merged["routes"]}
-    assert counts == {route: 210 * 3 * 20 for route in ROUTES}  # 3.5 h of minutes, 3 instances
-    engine = sa.create_engine(db_url)
-    with engine.connect() as conn:
-        hours = conn.execute(sa.select(sa.func.count()).select_from(schema.request_hours)).scalar()
-    engine.dispose()
-    assert hours == 5 * len(ROUTES)  # the two partial hours and three whole ones
+    assert counts == {route: minutes * 3 * 20 for route in ROUTES}  # 3 instances, 20 each
+
+
+def test_every_width_holds_every_instance_merged(client, db_url):
+    for width, buckets in ((86400, 2), (3600, 5), (600, 3 * 6 + 6), (60, 240)):
+        rows = fleet_rows(db_url, width)
+        assert len(rows) == buckets * len(ROUTES), width
+        assert sum(row["count"] for row in rows) == 240 * 3 * 20 * len(ROUTES)
 
 
 def test_a_window_too_long_in_minutes_is_answered_from_hours(client, monkeypatch):
@@ -108,28 +131,29 @@ def test_the_slowest_requests_diff_reads_hours_too(client):
     assert merged.json["total_b"] == by_minute.json["total_b"] > 0
 
 
-def test_an_hour_keeps_its_heaviest_slow_stacks_and_the_rest_as_other(sqlite_url):
+def test_a_merged_row_keeps_its_heaviest_slow_stacks_and_the_rest_as_other(sqlite_url):
     store = Store(sqlite_url)
     store.migrate()
     rows = minute_rows(T0, random.Random(1))[:1]
     slow = json.loads(rows[0]["slow"])
-    many = MAX_HOUR_STACKS + 10
+    many = MAX_FLEET_STACKS + 10
     slow["stacks"] = {f"main;f{i}": 1.0 + (i < 5) for i in range(many)}
     rows[0]["slow"] = json.dumps(slow)
     later = dict(rows[0], bucket=T0 + 60)
     with store.engine.write_transaction() as conn:
         add_request_rows(conn, rows)
         add_request_rows(conn, [later])
-        (text,) = conn.execute(sa.select(schema.request_hours.c.slow)).one()
+        table = schema.request_fleet
+        (text,) = conn.execute(sa.select(table.c.slow).where(table.c.width == 3600)).one()
     stacks = json.loads(text)["stacks"]
-    assert len(stacks) == MAX_HOUR_STACKS
+    assert len(stacks) == MAX_FLEET_STACKS
     assert all(stacks[f"main;f{i}"] == 4.0 for i in range(5))  # the heaviest, kept whole
     assert sum(stacks.values()) == pytest.approx(2 * (many + 5))  # nothing lost
     assert stacks[OTHER] > 0
     store.close()
 
 
-def test_hours_expire_once_all_their_minutes_have(db_url):
+def test_merged_rows_expire_once_all_their_minutes_have(db_url):
     store = Store(db_url)
     store.migrate()
     with store.engine.write_transaction() as conn:
@@ -138,30 +162,42 @@ def test_hours_expire_once_all_their_minutes_have(db_url):
     job = WorstCases(store)
     try:
         job.apply_retention(T0 + 30 * 60)  # half the first hour gone: its row stays
-        with store.engine.sa_engine.connect() as conn:
-            left = conn.execute(sa.select(schema.request_hours.c.hour).distinct()).scalars()
-            assert sorted(left) == [T0, T0 + 3600]
+        assert buckets_left(store) == {
+            60: [T0 + 3540, T0 + 3600],
+            600: [T0 + 3000, T0 + 3600],
+            3600: [T0, T0 + 3600],
+            86400: [T0],
+        }
         job.apply_retention(T0 + 3600)
-        with store.engine.sa_engine.connect() as conn:
-            left = conn.execute(sa.select(schema.request_hours.c.hour).distinct()).scalars()
-            assert sorted(left) == [T0 + 3600]
+        assert buckets_left(store)[3600] == [T0 + 3600]
     finally:
         job.close()
         store.close()
 
 
-def test_the_migration_fills_the_hours_from_the_minutes_kept(db_url):
+def buckets_left(store):
+    table = schema.request_fleet
+    with store.engine.sa_engine.connect() as conn:
+        rows = conn.execute(sa.select(table.c.width, table.c.bucket).distinct()).all()
+    left = {}
+    for width, bucket in sorted(rows):
+        left.setdefault(width, []).append(bucket)
+    return left
+
+
+def test_the_migration_fills_the_fleet_rows_from_the_minutes_kept(db_url):
     store = Store(db_url)
-    store.migrate("0007")  # a database from before request_hours
+    store.migrate("0007")  # a database from before request_fleet
     rng = random.Random(3)
     rows = [row for minute in range(0, 150, 7) for row in minute_rows(T0 + 60 * minute, rng)]
     with store.engine.write_transaction() as conn:
         conn.execute(schema.request_buckets.insert(), rows)
     store.migrate()
     with store.engine.sa_engine.connect() as conn:
-        hours = conn.execute(sa.select(schema.request_hours)).mappings().all()
+        table = schema.request_fleet
+        hours = conn.execute(sa.select(table).where(table.c.width == 3600)).mappings().all()
     store.close()
-    assert {(h["hour"], h["route"]) for h in hours} == {
+    assert {(h["bucket"], h["route"]) for h in hours} == {
         (T0 + 3600 * hour, route) for hour in range(3) for route in ROUTES
     }
     for route in ROUTES:
