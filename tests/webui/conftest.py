@@ -21,8 +21,8 @@ PG_ADMIN_URL = os.environ.get(
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
-def fleet_url(request, tmp_path_factory) -> Iterator[str]:
-    """A database on each engine holding an hour of FLEET, written by the collector's store."""
+def module_db_url(request, tmp_path_factory) -> Iterator[str]:
+    """An empty database on each engine, made once per module (its tests only read it)."""
     admin = name = None
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path_factory.mktemp('fleet') / 'fleetflame.db'}"
@@ -35,16 +35,22 @@ def fleet_url(request, tmp_path_factory) -> Iterator[str]:
             conn.execute(sa.text(f'ALTER DATABASE "{name}" SET synchronous_commit = off'))
         url = PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
     try:
-        store = Store(url)
-        store.migrate()
-        store.write(fleet_rows())
-        store.close()
         yield url
     finally:
         if admin is not None:
             with admin.connect() as conn:
                 conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
             admin.dispose()
+
+
+@pytest.fixture(scope="module")
+def fleet_url(module_db_url: str) -> str:
+    """A database on each engine holding an hour of FLEET, written by the collector's store."""
+    store = Store(module_db_url)
+    store.migrate()
+    store.write(fleet_rows())
+    store.close()
+    return module_db_url
 
 
 @pytest.fixture

@@ -54,18 +54,25 @@ def minute_rows(bucket, rng):
     return rows
 
 
-@pytest.fixture
-def client(db_url):
-    store = Store(db_url)
+@pytest.fixture(scope="module")
+def filled_url(module_db_url):
+    """A store holding the figures of STORED minutes (written once a module and engine)."""
+    store = Store(module_db_url)
     store.migrate()
     store.close()
     rng = random.Random(7)
-    engine = sa.create_engine(db_url)
+    engine = sa.create_engine(module_db_url)
     with engine.begin() as conn:
         for minute in STORED:
             add_request_rows(conn, minute_rows(T0 + 60 * minute, rng))
     engine.dispose()
-    app = create_app({"DATABASE_URL": db_url})
+    return module_db_url
+
+
+@pytest.fixture(scope="module")
+def client(filled_url):
+    # No warming thread: a module's client outlives its first test (tests/conftest.py).
+    app = create_app({"DATABASE_URL": filled_url, "WARM_HOURS": 0})
     try:
         yield app.test_client()
     finally:
@@ -96,7 +103,7 @@ def fleet_rows(db_url, width):
         (T0 - 1800, T0 + 4 * 3600),  # every minute stored
     ],
 )
-def test_merged_rows_answer_as_every_instances_minutes_do(client, db_url, start, end):
+def test_merged_rows_answer_as_every_instances_minutes_do(client, start, end):
     window = {"from": start, "to": end}
     merged = routes(client, **window)
     by_minute = routes(client, **window, host="h")  # a host filter reads the minute rows
@@ -107,9 +114,9 @@ def test_merged_rows_answer_as_every_instances_minutes_do(client, db_url, start,
     assert counts == {route: minutes * 3 * 20 for route in ROUTES}  # 3 instances, 20 each
 
 
-def test_every_width_holds_every_instance_merged(client, db_url):
+def test_every_width_holds_every_instance_merged(filled_url):
     for width, buckets in ((86400, 2), (3600, 5), (600, 3 * 6 + 6), (60, 240)):
-        rows = fleet_rows(db_url, width)
+        rows = fleet_rows(filled_url, width)
         assert len(rows) == buckets * len(ROUTES), width
         assert sum(row["count"] for row in rows) == 240 * 3 * 20 * len(ROUTES)
 
