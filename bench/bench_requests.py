@@ -5,8 +5,8 @@ The store holds the request_fleet rows the worst-cases job leaves (collector/wor
 instance merged per service and route, by the day, hour, ten minutes and minute) for
 --services services x --routes routes a service, those the windows read: each window is
 read in as few rows as fit it, so what it costs grows with the service-routes and the window's
-shape, not with the instances. Each route's latency sketch spans 1 ms to 2 s (~300 bins of
-~10 KB of JSON for its three sketches), its slow requests carry 20 stacks. Windows end
+shape, not with the instances. Each route's latency sketch spans 1 ms to 2 s (~300 bins,
+packed as the job stores them: ~1.7 KB for its three sketches), its slow requests carry 20 stacks. Windows end
 inside the last hour and start a span earlier, a minute later run after run, so no answer is
 cached; the server's CPU and memory are read beside the wall time. At 1x and 10x the routes.
 Medians of --runs.
@@ -28,8 +28,9 @@ from benchfleet import WebServer, database, load_average, median, verdict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from collector.request_rows import SKETCHES, pack_sketch  # noqa: E402
 from collector.store import Store, schema  # noqa: E402
-from collector.worst import FLEET_WIDTHS, SKETCHES  # noqa: E402
+from collector.worst import FLEET_WIDTHS  # noqa: E402
 from sampler._sketch import Sketch  # noqa: E402
 from sampler.profile import align_up  # noqa: E402
 from webui.worst import _cover  # noqa: E402
@@ -44,7 +45,7 @@ def figures(rng: random.Random, route: str) -> dict[str, str]:
     latency = Sketch()
     for _ in range(2000):
         latency.add(min(2.0, 0.001 * rng.lognormvariate(2, 1.2)))
-    sketches = {name: latency.document() for name in SKETCHES}
+    sketches = {name: pack_sketch(latency) for name in SKETCHES}
     stacks = {f"main;app:{route};lib:step{i};db:query": rng.random() for i in range(20)}
     slowest = [{"id": i, "duration": 1.0 + i, "path": route} for i in range(5)]
     return {

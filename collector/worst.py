@@ -23,6 +23,7 @@ import requests
 import sqlalchemy as sa
 
 from collector.logs import log_event
+from collector.request_rows import SKETCHES, RequestFigures, pack_sketch
 from collector.store import schema
 from collector.store.engines.base import translate_errors
 from collector.store.ids import event_id
@@ -33,17 +34,14 @@ from sampler.profile import align_down
 __all__ = ["FLEET_WIDTHS", "WorstCases", "add_fleet_rows", "add_request_rows", "sketch_delta"]
 
 log = logging.getLogger("collector.worst")
-
-SKETCHES = ("latency", "queue", "total")
 # Bounds on what one read may add: the sampler keeps 500 stalls, 200 routes, 50 stacks a stall.
 MAX_STALLS = 500
 MAX_ROUTES = 200
 MAX_BYTES = 8_000_000
 # The widths request_fleet keeps, coarsest first: a window is read in as few rows as fit it.
 FLEET_WIDTHS = (86400, 3600, 600, 60)
-# Slow stacks a request_fleet row keeps (every instance's merged); the rest under OTHER.
+# Slow stacks a request_fleet row keeps (every instance's merged); the rest under [other].
 MAX_FLEET_STACKS = 5000
-OTHER = "[other]"
 
 
 class BadDocument(ValueError):
@@ -212,11 +210,11 @@ def add_request_rows(conn: sa.Connection, rows: list[dict]) -> None:
 def add_fleet_rows(conn: sa.Connection, rows: Iterable[dict]) -> None:
     """Merges request_buckets rows into request_fleet at every width: one read and one write
     per width, bucket, service and route, however many instances the rows come from."""
-    groups: dict[tuple[int, int, str, str], _Figures] = {}
+    groups: dict[tuple[int, int, str, str], RequestFigures] = {}
     for row in rows:
         for width in FLEET_WIDTHS:
             key = (width, align_down(int(row["bucket"]), width), row["service"], row["route"])
-            groups.setdefault(key, _Figures()).add(row)
+            groups.setdefault(key, RequestFigures()).add(row)
     table = schema.request_fleet
     for (width, bucket, service, route), figures in groups.items():
         where = (
@@ -236,52 +234,7 @@ def add_fleet_rows(conn: sa.Connection, rows: Iterable[dict]) -> None:
 
 def merge_bucket_rows(old: dict, new: dict) -> dict:
     """The row of what two request rows of one bucket, instance and route hold together."""
-    return _Figures().add(old).add(new).row()
-
-
-class _Figures:
-    """Request rows' figures added up: counts, sketches, the slowest 1%'s stacks and the
-    slowest requests."""
-
-    def __init__(self) -> None:
-        self.count = self.errors = self.slow_count = 0
-        self.sketches = {name: Sketch() for name in SKETCHES}
-        self.stacks: dict[str, float] = {}
-        self.slowest: list[dict] = []
-
-    def add(self, row: Any) -> _Figures:
-        """Adds a row as stored (its sketches and slow requests as JSON); None adds nothing."""
-        if row is None:
-            return self
-        self.count += row["count"]
-        self.errors += row["errors"]
-        sketches = json.loads(row["sketches"])
-        for name in SKETCHES:
-            self.sketches[name].merge_document(sketches[name])
-        slow = json.loads(row["slow"])
-        self.slow_count += slow["count"]
-        stacks = self.stacks
-        for stack, weight in slow["stacks"].items():
-            stacks[stack] = stacks.get(stack, 0) + weight
-        self.slowest = sorted(self.slowest + slow["slowest"], key=lambda r: -r["duration"])[:5]
-        return self
-
-    def row(self, max_stacks: int | None = None) -> dict:
-        """The figures as a row stores them; past ``max_stacks`` slow stacks, the lightest
-        are summed under [other]."""
-        stacks = self.stacks
-        if max_stacks is not None and len(stacks) > max_stacks:
-            other = stacks.get(OTHER, 0)
-            ranked = sorted((i for i in stacks.items() if i[0] != OTHER), key=lambda i: -i[1])
-            stacks = dict(ranked[: max_stacks - 1])
-            stacks[OTHER] = other + sum(weight for _, weight in ranked[max_stacks - 1 :])
-        slow = {"count": self.slow_count, "stacks": stacks, "slowest": self.slowest}
-        return {
-            "count": self.count,
-            "errors": self.errors,
-            "sketches": json.dumps({n: sketch.document() for n, sketch in self.sketches.items()}),
-            "slow": json.dumps(slow),
-        }
+    return RequestFigures().add(old).add(new).row()
 
 
 def sketch_delta(current: Sketch, before: Sketch | None) -> Sketch:
@@ -312,7 +265,7 @@ def _route_delta(part: dict, before: dict | None) -> dict | None:
     for name in SKETCHES:
         current = Sketch.from_document(part[name])
         previous = Sketch.from_document(before[name]) if before else None
-        sketches[name] = sketch_delta(current, previous).document()
+        sketches[name] = pack_sketch(sketch_delta(current, previous))
     slow = part.get("slow") or {"count": 0, "stacks": {}}
     slow_before = (before or {}).get("slow") or {"count": 0, "stacks": {}}
     stacks = {}

@@ -136,25 +136,6 @@ class Sketch:
         self.sum += other.sum
         self.max = max(self.max, other.max)
 
-    def merge_document(self, data: dict[str, Any]) -> None:
-        """Adds the counts of a document ``document`` wrote, checked once already (a stored
-        row's), without building a sketch of it: the web UI merges thousands a request."""
-        try:
-            if float(data["alpha"]) != self.alpha or float(data["min_value"]) != self.min_value:
-                raise SketchError("cannot merge a sketch of another alpha or min_value")
-            bins = self.bins
-            get = bins.get
-            for index, count in data["bins"]:
-                bins[index] = get(index, 0) + count
-            self.zero += int(data["zero"])
-            self.count += int(data["count"])
-            self.sum += float(data["sum"])
-            self.max = max(self.max, float(data["max"]))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SketchError(f"not a sketch document: {exc}") from exc
-        if len(bins) > self.max_bins:
-            self._collapse()
-
     def copy(self) -> Sketch:
         """An independent copy."""
         twin = Sketch(self.alpha, self.min_value, self.max_bins)
@@ -172,6 +153,19 @@ class Sketch:
             "zero": self.zero,
             "bins": [[index, self.bins[index]] for index in sorted(self.bins)],
         }
+
+    @classmethod
+    def from_counts(
+        cls, bins: dict[int, int], zero: int, count: int, total: float, top: float
+    ) -> Sketch:
+        """A sketch of the default alpha and min_value holding these counts, already checked
+        (a store's merge); its lowest bins folded past ``MAX_BINS``."""
+        sketch = cls()
+        sketch.bins = bins
+        sketch.zero, sketch.count, sketch.sum, sketch.max = zero, count, total, top
+        if len(bins) > sketch.max_bins:
+            sketch._collapse()
+        return sketch
 
     @classmethod
     def from_document(cls, data: dict[str, Any], max_bins: int = MAX_BINS) -> Sketch:

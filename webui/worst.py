@@ -18,9 +18,9 @@ from typing import Any
 import sqlalchemy as sa
 from flask import Blueprint, Response, jsonify, request
 
+from collector.request_rows import SKETCHES, RequestFigures
 from collector.store import schema
-from collector.worst import FLEET_WIDTHS, SKETCHES, stall_stacks
-from sampler._sketch import Sketch
+from collector.worst import FLEET_WIDTHS, stall_stacks
 from sampler.profile import align_down, align_up
 from webui import api, db, pages
 from webui.api import _describe, _selection
@@ -93,22 +93,12 @@ def routes() -> Response:
     selection = _selection()
     with db.read_connection("reading worst cases") as conn:
         rows = _request_rows(conn, selection)
-    merged: dict[str, dict[str, Any]] = {}
-    slow_stacks: dict[str, float] = {}
+    merged: dict[str, RequestFigures] = {}
     for row in rows:
-        route = merged.setdefault(
-            row.route,
-            {"count": 0, "errors": 0, "slow": 0, "slowest": [], **{n: Sketch() for n in SKETCHES}},
-        )
-        route["count"] += row.count
-        route["errors"] += row.errors
-        sketches = json.loads(row.sketches)
-        for name in SKETCHES:
-            route[name].merge_document(sketches[name])
-        slow = json.loads(row.slow)
-        route["slow"] += slow["count"]
-        route["slowest"] += slow["slowest"]
-        for stack, weight in slow["stacks"].items():
+        merged.setdefault(row.route, RequestFigures()).add(row._mapping)
+    slow_stacks: dict[str, float] = {}
+    for figures in merged.values():
+        for stack, weight in figures.stacks.items():
             slow_stacks[stack] = slow_stacks.get(stack, 0) + weight
     return jsonify(
         selection=_describe(selection),
@@ -148,18 +138,18 @@ def slow_diff() -> Response:
     )
 
 
-def _route(name: str, route: dict[str, Any]) -> dict[str, Any]:
+def _route(name: str, figures: RequestFigures) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "route": name,
-        "count": route["count"],
-        "errors": route["errors"],
-        "slow": route["slow"],
-        "slowest": sorted(route["slowest"], key=lambda r: -r["duration"])[:5],
+        "count": figures.count,
+        "errors": figures.errors,
+        "slow": figures.slow_count,
+        "slowest": figures.slowest,
     }
     for sketch_name in SKETCHES:
-        sketch: Sketch = route[sketch_name]
-        figures = {f"p{_label(q)}": _round(sketch.quantile(q)) for q in QUANTILES}
-        summary[sketch_name] = {"count": sketch.count, **figures, "max": _round(sketch.max)}
+        sketch = figures.sketch(sketch_name)
+        quantiles = {f"p{_label(q)}": _round(sketch.quantile(q)) for q in QUANTILES}
+        summary[sketch_name] = {"count": sketch.count, **quantiles, "max": _round(sketch.max)}
     return summary
 
 

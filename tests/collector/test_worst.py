@@ -228,3 +228,45 @@ def test_the_worst_cases_page_shows_the_planted_stall_and_the_routes(worker, tmp
         httpd.server_close()
         app.extensions["fleetflame_db"].close()
     assert errors == []
+
+
+def requests_document(series, bins):
+    latency = {"alpha": 0.01, "min_value": 1e-06, "count": 1, "sum": 0.1, "max": 0.1, "zero": 0}
+    route = {
+        "count": 1,
+        "errors": 0,
+        **{name: {**latency, "bins": bins} for name in ("latency", "queue", "total")},
+        "slow": {"count": 0, "stacks": {}},
+        "slowest": [],
+    }
+    return {"format": "fleetflame.requests/1", "series": series, "routes": {"/r": route}}
+
+
+def test_a_requests_document_no_sampler_sends_is_skipped_and_the_next_stored(
+    servers, logs, sqlite_url
+):
+    # A bin a billion indices up would pack into an endless row: refused, the worker's next
+    # good document stored as usual.
+    answers = {"/requests.json": requests_document("s1", [[10**9, 1]])}
+
+    def answer(handler):
+        body = json.dumps(answers.get(handler.path, {"stalls": []})).encode()
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    server = servers()
+    server.behaviour = answer
+    store = Store(sqlite_url)
+    store.migrate()
+    worst = WorstCases(store)
+    target = Target("127.0.0.1", server.port)
+    try:
+        assert worst.poll([target], time.time())["request_buckets"] == 0
+        (line,) = logs.matching("level=warning", "malformed /requests.json", "index")
+        answers["/requests.json"] = requests_document("s2", [[-230, 1]])
+        assert worst.poll([target], time.time())["request_buckets"] == 1
+    finally:
+        worst.close()
+        store.close()

@@ -99,17 +99,3 @@ def test_a_quantile_since_an_earlier_copy_is_that_of_the_values_added_after_it(a
         sketch.add(value)
     assert sketch.quantile(q, since=mark) == sketch_of(b).quantile(q)
     assert sketch.quantile(q, since=sketch.copy()) is None
-
-
-@settings(max_examples=50, deadline=None)
-@given(samples, samples, st.integers(4, 50))
-def test_merging_a_stored_document_equals_merging_its_sketch(a, b, max_bins):
-    left, right, other = (sketch_of(values, max_bins=max_bins) for values in (a, a, b))
-    stored = json.loads(json.dumps(other.document()))
-    left.merge(Sketch.from_document(stored, max_bins))
-    right.merge_document(stored)
-    assert right.document() == left.document()
-    with pytest.raises(SketchError):
-        right.merge_document({**stored, "alpha": 0.05})
-    with pytest.raises(SketchError):
-        right.merge_document({"alpha": right.alpha})

@@ -9,9 +9,11 @@ import pytest
 import sqlalchemy as sa
 from webhelpers import T0
 
+from collector.request_rows import SKETCHES
 from collector.store import Store, schema
-from collector.worst import MAX_FLEET_STACKS, OTHER, SKETCHES, WorstCases, add_request_rows
+from collector.worst import MAX_FLEET_STACKS, WorstCases, add_request_rows
 from sampler._sketch import Sketch
+from sampler.profile import OTHER
 from webui import create_app, worst
 
 ROUTES = ("/orders/<id>", "/search")

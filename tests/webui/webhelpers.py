@@ -152,7 +152,8 @@ def record_slow_requests(
 
     import sqlalchemy as sa
 
-    from collector.worst import SKETCHES, add_request_rows
+    from collector.request_rows import SKETCHES
+    from collector.worst import add_request_rows
     from sampler._sketch import Sketch
 
     latency = Sketch()
