@@ -170,7 +170,20 @@ class WorstCases:
             if not isinstance(part, dict):
                 raise BadDocument(f"route {route[:60]!r} is not an object")
             current[route] = part
-            row = _route_delta(part, seen.get(route))
+            try:
+                row = _route_delta(part, seen.get(route))
+            except SketchError as exc:
+                # This route only: its sketches stay malformed until the worker restarts,
+                # and its other routes are still worth keeping.
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "worst cases: a route's sketches in /requests.json are malformed, skipped",
+                    target=target.address,
+                    route=str(route)[:200],
+                    error=str(exc)[:200],
+                )
+                continue
             if row is not None:
                 row.update(
                     instance=instance,
@@ -224,7 +237,8 @@ def add_fleet_rows(conn: sa.Connection, rows: Iterable[dict]) -> None:
             & (table.c.route == route)
         )
         old = conn.execute(sa.select(table).where(where)).mappings().first()
-        values = figures.add(old).row(MAX_FLEET_STACKS)
+        _add_stored(figures, old, width=width, bucket=bucket, service=service, route=route)
+        values = figures.row(MAX_FLEET_STACKS)
         if old is None:
             key = {"width": width, "bucket": bucket, "service": service, "route": route}
             conn.execute(table.insert(), [{**key, **values}])
@@ -234,7 +248,24 @@ def add_fleet_rows(conn: sa.Connection, rows: Iterable[dict]) -> None:
 
 def merge_bucket_rows(old: dict, new: dict) -> dict:
     """The row of what two request rows of one bucket, instance and route hold together."""
-    return RequestFigures().add(old).add(new).row()
+    figures = RequestFigures().add(new)
+    _add_stored(figures, old, bucket=old["bucket"], instance=old["instance"], route=old["route"])
+    return figures.row()
+
+
+def _add_stored(figures: RequestFigures, old: Any, **where: Any) -> None:
+    # A stored row that cannot be read (written by hand, or damaged) is replaced by what is
+    # added to it, not left to fail every write of its key from now on.
+    try:
+        figures.add(old)
+    except (SketchError, ValueError, TypeError, KeyError) as exc:
+        log_event(
+            log,
+            logging.WARNING,
+            "worst cases: an unreadable request row replaced",
+            error=str(exc)[:200],
+            **{key: str(value)[:200] for key, value in where.items()},
+        )
 
 
 def sketch_delta(current: Sketch, before: Sketch | None) -> Sketch:

@@ -11,6 +11,7 @@ page.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import replace
 from typing import Any
@@ -21,6 +22,7 @@ from flask import Blueprint, Response, jsonify, request
 from collector.request_rows import SKETCHES, RequestFigures
 from collector.store import schema
 from collector.worst import FLEET_WIDTHS, stall_stacks
+from sampler._sketch import SketchError
 from sampler.profile import align_down, align_up
 from webui import api, db, pages
 from webui.api import _describe, _selection
@@ -30,6 +32,7 @@ from webui.params import ParamError, Selection, parse_int
 __all__ = ["bp"]
 
 bp = Blueprint("worst", __name__)
+log = logging.getLogger(__name__)
 api.json_errors(bp)
 
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
@@ -94,8 +97,15 @@ def routes() -> Response:
     with db.read_connection("reading worst cases") as conn:
         rows = _request_rows(conn, selection)
     merged: dict[str, RequestFigures] = {}
+    unreadable = 0
     for row in rows:
-        merged.setdefault(row.route, RequestFigures()).add(row._mapping)
+        figures = merged.get(row.route) or RequestFigures()
+        try:
+            merged[row.route] = figures.add(row._mapping)
+        except (SketchError, ValueError, TypeError, KeyError):
+            unreadable += 1  # written by hand, or damaged: left out, and said
+    if unreadable:
+        log.warning("/api/requests: %d unreadable request rows left out", unreadable)
     slow_stacks: dict[str, float] = {}
     for figures in merged.values():
         for stack, weight in figures.stacks.items():
@@ -107,6 +117,7 @@ def routes() -> Response:
             key=lambda r: -(r["latency"]["p99"] or 0),
         ),
         slow_flamegraph=flame_tree(_whole(slow_stacks)).to_dict(),
+        unreadable_rows=unreadable,
     )
 
 

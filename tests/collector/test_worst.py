@@ -16,10 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
-from collector.store import Store
+from collector.store import Store, schema
 from collector.targets import Target
-from collector.worst import WorstCases, sketch_delta
+from collector.worst import WorstCases, add_request_rows, sketch_delta
 from sampler._engine_native import unavailable
 from sampler._sketch import Sketch
 
@@ -230,27 +231,32 @@ def test_the_worst_cases_page_shows_the_planted_stall_and_the_routes(worker, tmp
     assert errors == []
 
 
-def requests_document(series, bins):
-    latency = {"alpha": 0.01, "min_value": 1e-06, "count": 1, "sum": 0.1, "max": 0.1, "zero": 0}
-    route = {
+def route_part(bins):
+    sketch = {"alpha": 0.01, "min_value": 1e-06, "count": 1, "sum": 0.1, "max": 0.1, "zero": 0}
+    return {
         "count": 1,
         "errors": 0,
-        **{name: {**latency, "bins": bins} for name in ("latency", "queue", "total")},
+        **{name: {**sketch, "bins": bins} for name in ("latency", "queue", "total")},
         "slow": {"count": 0, "stacks": {}},
         "slowest": [],
     }
-    return {"format": "fleetflame.requests/1", "series": series, "routes": {"/r": route}}
 
 
-def test_a_requests_document_no_sampler_sends_is_skipped_and_the_next_stored(
-    servers, logs, sqlite_url
-):
-    # A bin a billion indices up would pack into an endless row: refused, the worker's next
-    # good document stored as usual.
-    answers = {"/requests.json": requests_document("s1", [[10**9, 1]])}
+def test_a_route_no_sampler_sends_is_skipped_and_the_others_stored(servers, logs, sqlite_url):
+    # A bin a billion indices up would pack into an endless row, and a count of 2**63 would
+    # carry into the next bin when merged: those routes are refused, the others stored.
+    routes = {
+        "/far": route_part([[10**9, 1]]),
+        "/huge": {**route_part([[-230, 2**63]]), "count": 2**63},
+        "/fine": route_part([[-230, 1]]),
+    }
+    for part in routes.values():
+        for name in ("latency", "queue", "total"):
+            part[name]["count"] = part["count"]
+    document = {"format": "fleetflame.requests/1", "series": "s1", "routes": routes}
 
     def answer(handler):
-        body = json.dumps(answers.get(handler.path, {"stalls": []})).encode()
+        body = json.dumps(document if "requests" in handler.path else {"stalls": []}).encode()
         handler.send_response(200)
         handler.send_header("Content-Length", str(len(body)))
         handler.end_headers()
@@ -261,12 +267,66 @@ def test_a_requests_document_no_sampler_sends_is_skipped_and_the_next_stored(
     store = Store(sqlite_url)
     store.migrate()
     worst = WorstCases(store)
-    target = Target("127.0.0.1", server.port)
     try:
-        assert worst.poll([target], time.time())["request_buckets"] == 0
-        (line,) = logs.matching("level=warning", "malformed /requests.json", "index")
-        answers["/requests.json"] = requests_document("s2", [[-230, 1]])
-        assert worst.poll([target], time.time())["request_buckets"] == 1
+        assert worst.poll([Target("127.0.0.1", server.port)], time.time())["request_buckets"] == 1
     finally:
         worst.close()
         store.close()
+    skipped = logs.matching("level=warning", "route's sketches in /requests.json are malformed")
+    assert len(skipped) == 2
+    assert any("route=/far" in line and "index" in line for line in skipped)
+    assert any("route=/huge" in line for line in skipped)
+    engine = sa.create_engine(sqlite_url)
+    with engine.connect() as conn:
+        stored_routes = conn.execute(sa.select(schema.request_buckets.c.route)).scalars().all()
+    engine.dispose()
+    assert stored_routes == ["/fine"]
+
+
+def test_an_unreadable_stored_row_is_replaced_and_the_window_still_answers(sqlite_url, logs):
+    from collector.request_rows import SKETCHES, pack_sketch
+    from webui import create_app
+
+    store = Store(sqlite_url)
+    store.migrate()
+    store.close()
+    sketch = Sketch()
+    sketch.add(0.01)
+    row = {
+        "bucket": 1_800_000_000 - 60,
+        "instance": "i",
+        "route": "/r",
+        "service": "shop",
+        "host": "h",
+        "count": 1,
+        "errors": 0,
+        "sketches": json.dumps({name: pack_sketch(sketch) for name in SKETCHES}),
+        "slow": json.dumps({"count": 0, "stacks": {}, "slowest": []}),
+    }
+    engine = sa.create_engine(sqlite_url)
+    with engine.begin() as conn:
+        add_request_rows(conn, [row])
+        # Damaged by hand: a minute row of another route, and the merged day row of this one.
+        conn.execute(
+            schema.request_buckets.insert(), [{**row, "route": "/other", "sketches": "{}"}]
+        )
+        conn.execute(
+            schema.request_fleet.update()
+            .where(schema.request_fleet.c.width == 86400)
+            .values(sketches='{"latency": 1}')
+        )
+        add_request_rows(conn, [{**row, "bucket": row["bucket"] + 60 - 120}])
+        day = conn.execute(
+            sa.select(schema.request_fleet.c.count).where(schema.request_fleet.c.width == 86400)
+        ).scalar_one()
+    engine.dispose()
+    assert day == 1  # replaced by what was added to it
+    assert logs.matching("level=warning", "unreadable request row replaced", "width=86400")
+    app = create_app({"DATABASE_URL": sqlite_url, "WARM_HOURS": 0})
+    try:
+        window = "from=1799996400&to=1800000000&host=h"
+        answer = app.test_client().get(f"/api/requests?{window}").get_json()
+    finally:
+        app.extensions["fleetflame_db"].close()
+    assert answer["unreadable_rows"] == 1
+    assert [(r["route"], r["count"]) for r in answer["routes"]] == [("/r", 2)]
