@@ -116,6 +116,7 @@ class NativeEngine:
         # a wake-up, where an Event's wait builds a lock of its own every time).
         self._stopping = threading.Lock()
         self._stopping.acquire()
+        self._closing = False  # stop() has begun: a drain failing now is no reason to fall back
         self._ready = threading.Event()
         self.drain_seconds = DRAIN_SECONDS
         self._thread: threading.Thread | None = None
@@ -170,6 +171,7 @@ class NativeEngine:
 
     def stop(self) -> None:
         """Stops sampling, then counts what was sampled before."""
+        self._closing = True
         self._unhook_new_threads()
         self._sampler._excluded.on_change = None
         self._native.stop()
@@ -254,9 +256,12 @@ class NativeEngine:
                 spent, self._handler_ns = handler_ns - self._handler_ns, handler_ns
                 sampler.budget.spent(spent / 1e9, ticks=drained)
             except NativeEngineError as exc:
-                sampler.fall_back(str(exc))
+                if not self._closing:
+                    sampler.fall_back(str(exc))
                 return
             except Exception as exc:  # noqa: BLE001 - never let the engine fail the host
+                if self._closing:
+                    return
                 sampler.errors += 1
                 if sampler.errors == 1:
                     log.exception("fleetflame sampler: the native drain failed")

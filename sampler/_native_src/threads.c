@@ -18,6 +18,7 @@
 
 #include "internal/pycore_runtime.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +121,17 @@ static int set_timer(slot_t *slot)
         spec.it_value = timespec_of(slot->phase_ns);
     }
     return timer_settime(slot->timer, 0, &spec, NULL);
+}
+
+/* set_timer for a thread that may have ended since the last sync (one the sync registered,
+ * or one that existed before the start, has no exit hook): its CPU-clock timer has no thread
+ * to count any more (ESRCH), which is no failure; the sync drops its slot. */
+static int reset_timer(slot_t *slot)
+{
+    if (set_timer(slot) != 0 && errno != ESRCH) {
+        return -1;
+    }
+    return 0;
 }
 
 static int create_timer(slot_t *slot)
@@ -263,7 +275,7 @@ int threads_pause(unsigned long ident, int paused)
         slot->cpu_ns = 0; /* wall mode: its time while paused is not counted */
         slot->wait_known = 0;
         if (slot->has_timer) {
-            result = set_timer(slot);
+            result = reset_timer(slot);
         }
     }
     pthread_mutex_unlock(&slots_lock);
@@ -356,7 +368,7 @@ int threads_set_interval(uint64_t ns)
     pthread_mutex_lock(&slots_lock);
     interval_ns = ns;
     for (Py_ssize_t i = 0; i < slot_count; i++) {
-        if (live[i]->has_timer && set_timer(live[i]) != 0) {
+        if (live[i]->has_timer && reset_timer(live[i]) != 0) {
             result = -1;
         }
     }
@@ -373,7 +385,7 @@ int threads_pause_all(int paused)
         for (Py_ssize_t i = 0; i < slot_count; i++) {
             live[i]->cpu_ns = 0;
             live[i]->wait_known = 0;
-            if (live[i]->has_timer && set_timer(live[i]) != 0) {
+            if (live[i]->has_timer && reset_timer(live[i]) != 0) {
                 result = -1;
             }
         }

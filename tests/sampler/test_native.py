@@ -288,6 +288,51 @@ def test_a_failing_drain_falls_back_to_the_python_engine_with_one_line(caplog):
         sampler.stop()
 
 
+def test_rearming_after_a_thread_ended_between_syncs_is_no_failure():
+    # Threads that ran before start() are registered by the sync, with no exit hook: once one
+    # ends, its CPU-clock timer cannot be set (ESRCH) until the next sync drops it. The
+    # overhead budget re-arms every timer when it stretches the interval: that raised, and
+    # three such drains moved a busy service to the python engine for good.
+    release = threading.Event()
+    threads = [threading.Thread(target=release.wait) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    s = sampler.start(port="none")
+    try:
+        time.sleep(0.1)
+        release.set()
+        for thread in threads:
+            thread.join()
+        time.sleep(0.05)  # the OS threads are gone, the next sync is up to a second away
+        for interval in (0.02, 0.01):
+            s.engine.arm(interval)
+        assert s.info()["engine"] == "native" and s.errors == 0
+    finally:
+        sampler.stop()
+
+
+def test_a_drain_failing_while_stopping_starts_no_other_engine(caplog):
+    s = sampler.start(port="none")
+    engine = s.engine
+    failing = threading.Event()
+    real_drain = engine.drain
+
+    def drain():
+        if failing.is_set():
+            raise RuntimeError("injected")
+        return real_drain()
+
+    engine.drain = drain
+    engine._closing = True  # as stop() sets first: its own drains may fail from here on
+    failing.set()
+    with caplog.at_level(logging.WARNING, logger="sampler"):
+        time.sleep(4 * engine.drain_seconds)
+    assert s.engine is engine and "using the python engine" not in caplog.text
+    engine.drain = real_drain
+    engine._closing = False
+    sampler.stop()
+
+
 @pytest.mark.parametrize(
     "scenario",
     [
