@@ -143,7 +143,19 @@ def test_the_demo_runs_headless_shows_the_regression_and_stops_cleanly(tmp_path)
             "limit": "10",
         },
     )
+    # The worst-cases page's routes: the demo's app has the request middleware.
+    requests = app.test_client().get(
+        "/api/requests",
+        query_string={"service": "demo-shop", "from": str(window[0]), "to": str(window[1])},
+    )
     app.extensions["fleetflame_db"].close()
+    assert requests.status_code == 200, requests.get_data(as_text=True)
+    routes = {route["route"]: route for route in requests.get_json()["routes"]}
+    assert {"/api/products", "/api/search", "/api/checkout", "/api/report"} <= set(routes)
+    for route in routes.values():
+        latency = route["latency"]
+        assert route["count"] > 0 and latency["count"] == route["count"]
+        assert 0 < latency["p50"] <= latency["p99"] <= latency["max"] * 1.01, route
     assert response.status_code == 200, response.get_data(as_text=True)
     functions = response.get_json()["functions"]
     names = [f["name"] for f in functions]

@@ -2,7 +2,7 @@
 
 Nothing here imports the sampler to start it: gunicorn's ``post_fork`` hook in
 ``deploy/gunicorn.conf.py`` does that from environment variables, as in production. The app
-only labels its samples with the route, which costs nothing when no sampler runs.
+only adds the request middleware, the one line a service adds (docs/worst-cases.md).
 """
 
 from __future__ import annotations
@@ -30,22 +30,15 @@ class BadRequest(ValueError):
     """A request the shop refuses, with a message for the client."""
 
 
-def _route_tagger(wsgi_app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
-    """Wraps a WSGI app so samples taken during a request carry a ``route`` label."""
+def _with_request_middleware(wsgi_app: Callable[..., Iterable[bytes]]) -> Any:
+    """The request middleware around the app: each request timed per route (the worst-cases
+    page's latency percentiles and slowest requests) and its samples labelled with the route.
+    Without the sampler installed, the app as it is."""
     try:
-        import sampler
-
-        tag = sampler.tag
-    except (ImportError, AttributeError):
+        import sampler.middleware
+    except ImportError:
         return wsgi_app
-
-    def tagged(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO", "")
-        route = path if path in ROUTES else "other"
-        with tag(route=route):
-            return wsgi_app(environ, start_response)
-
-    return tagged
+    return sampler.middleware.WSGIMiddleware(wsgi_app)
 
 
 def create_app(db_path: str | None = None, version: str | None = None) -> Flask:
@@ -58,7 +51,7 @@ def create_app(db_path: str | None = None, version: str | None = None) -> Flask:
 
     app = Flask("demoshop")
     app.config.update(DB_PATH=db_path, SHOP_VERSION=version)
-    app.wsgi_app = _route_tagger(app.wsgi_app)  # type: ignore[method-assign]
+    app.wsgi_app = _with_request_middleware(app.wsgi_app)  # type: ignore[method-assign]
     cache: dict[str, Any] = {}
     cache_lock = threading.Lock()
 

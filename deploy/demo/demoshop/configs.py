@@ -36,6 +36,8 @@ target_labels = {{ environment = "demo" }}
 health_listen = {_toml_str(f"{ports.HOST}:{plan.collector_health}")}
 # The planted regression found by itself: the job compares every 10 s (the default is 60 s).
 findings_interval = 10.0
+# Stalls and request figures every 10 s too (the default is 30 s).
+worst_interval = 10.0
 web_url = {_toml_str(f"http://{ports.HOST}:{plan.web_ui}")}
 """
     return _write(var / "collector.toml", text)

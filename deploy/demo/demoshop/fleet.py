@@ -378,6 +378,8 @@ class Demo:
             f"  compare       {ui}/compare?service={SHOP_SERVICE}&from=-15m"
             f"&a_label=version:{GOOD_VERSION}&b_label=version:{REGRESSED_VERSION}"
             + (f"   (1.4.2 deploys in {deploy:.0f} s)" if deploy >= 0 else ""),
+            f"  worst cases   {ui}/worst?service={SHOP_SERVICE}&from=-15m   "
+            "(stalls, each route's latency, the slowest requests)",
             f"  shop          {urls['shop_sync']} ({SYNC_WORKERS} sync workers), "
             f"{urls['shop_gthread']} (gthread: {GTHREAD_WORKERS} workers x {GTHREAD_THREADS} threads)",
             f"  collector     {urls['collector_health']}",
