@@ -5,7 +5,7 @@ import platform
 import sys
 from pathlib import Path
 
-from setuptools import Extension, find_packages, setup
+from setuptools import Extension, find_namespace_packages, setup
 from setuptools.command.build_py import build_py
 
 
@@ -94,7 +94,9 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(
+    # Namespace packages too: the folders that hold only data (the native engine's sources,
+    # the web UI's static files and templates) are declared as what setuptools sees them as.
+    packages=find_namespace_packages(
         include=[
             "sampler",
             "sampler.*",
