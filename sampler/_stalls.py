@@ -12,14 +12,12 @@ Three kinds, watched from the moment the sampler starts, with no change to the h
 Callbacks and requests are timed exactly, by wrapping ``asyncio.events.Handle._run`` and the
 servers' request handling methods once their modules are loaded: two clock reads each (uvloop's
 handles are not seen). The wrappers share one code object, which the engines leave out of every
-walk, so no profile shows them. The watcher wakes every period (25 ms: a shorter hold of the
-GIL than its threshold plus a period can go unseen; each wake-up costs 50-80 us of CPU on this
-machine's VM, so about 0.3% of a CPU, measured by bench/bench_middleware.py) and reads the
-stack of every thread whose call is within a period of its threshold or past it (``wall``
-samples: a thread blocked in a system call uses no CPU, so only these show where it waits), so
-a stall has at least one; when it ends, the engine's CPU samples of the same thread over the
-same time are added from its recent history (``cpu``; the native engine keeps one). Stalls are
-kept in a bounded ring and served worst first (``/stalls.json``).
+walk, so no profile shows them. The watcher wakes every period (25 ms; ~0.3% of a CPU, by
+bench/bench_middleware.py) and reads the stack of every thread whose call is within a period
+of its threshold or past it (``wall`` samples: a thread blocked in a system call uses no CPU,
+so only these show where it waits), so a stall has at least one; when it ends, the engine's
+CPU samples of the same thread over the same time are added from its recent history (``cpu``;
+the native engine keeps one). Stalls are kept in a bounded ring, served worst first.
 """
 
 from __future__ import annotations
@@ -135,7 +133,7 @@ class StallWatcher:
         # (module, class, method) -> the original method, for what is wrapped now
         self._wrapped: dict[tuple[str, str, str], Any] = {}
         self._modules_seen = 0
-        self._gil_wait: Callable[[float], float] | None = None
+        self._gil_wait: Callable[[float], tuple[float, int | None]] | None = None
         self._clock_offset = time.time() - time.monotonic()
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -213,10 +211,10 @@ class StallWatcher:
         while not self._stopping.is_set():
             try:
                 threads = dict(threading._active)  # type: ignore[attr-defined]
-                waited = self._sleep(self.period)
+                waited, holder = self._sleep(self.period)
                 now = time.monotonic()
                 if waited > self.threshold:
-                    self._gil_held(now - waited, now, threads)
+                    self._gil_held(now - waited, now, threads, holder)
                 self._wrap_loaded()
                 # Stalls that ended first, with the stacks read in them; then the calls running.
                 self._finish_pending()
@@ -225,23 +223,25 @@ class StallWatcher:
                 log.exception("fleetflame sampler: the stall watcher failed; stalls not watched")
                 return
 
-    def _sleep(self, period: float) -> float:
-        """Sleeps without the GIL; returns how long getting it back took."""
+    def _sleep(self, period: float) -> tuple[float, int | None]:
+        """Sleeps without the GIL; returns how long getting it back took, and who held it."""
         if self._gil_wait is not None:
             return self._gil_wait(period)
         started = time.monotonic()
         time.sleep(period)
         # Without the native engine this is any lateness, the scheduler's included.
-        return max(0.0, time.monotonic() - started - period)
+        return max(0.0, time.monotonic() - started - period), None
 
-    def _gil_held(self, started: float, ended: float, threads: dict[int, Any]) -> None:
-        # The thread the engine sampled most meanwhile, named as before the hold (it may end).
+    def _gil_held(self, started: float, ended: float, threads: Any, holder: int | None) -> None:
+        # The thread holding the GIL as the watcher asked for it back (the native engine
+        # reads it), else the one sampled most meanwhile; named as before the hold (it may end).
         self._catch_up()
-        per_thread: dict[int, float] = {}
-        for at, ident, _, weight in self._recent():
-            if started <= at <= ended:
-                per_thread[ident] = per_thread.get(ident, 0.0) + weight
-        holder = max(per_thread, key=per_thread.__getitem__) if per_thread else None
+        if holder is None:
+            per_thread: dict[int, float] = {}
+            for at, ident, _, weight in self._recent():
+                if started <= at <= ended:
+                    per_thread[ident] = per_thread.get(ident, 0.0) + weight
+            holder = max(per_thread, key=per_thread.__getitem__) if per_thread else None
         stall = Stall("gil", holder, self._clock_offset + started, ended - started)
         stall.thread = threads[holder].name if holder in threads else stall.thread
         stall.what = "the GIL held" + ("" if holder is not None else " (thread unknown)")

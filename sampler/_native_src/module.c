@@ -249,8 +249,33 @@ static PyObject *native_tracer_pid(PyObject *module, PyObject *unused)
     return PyLong_FromLong(pid);
 }
 
+/* Every live thread's state and ident, read holding the GIL (no state comes or goes
+ * meanwhile): at most ``most``; returns how many. */
+typedef struct {
+    void *state;
+    unsigned long ident;
+} thread_pair;
+
+static Py_ssize_t live_threads(thread_pair *pairs, Py_ssize_t most)
+{
+    Py_ssize_t count = 0;
+    for (PyInterpreterState *interp = PyInterpreterState_Head(); interp != NULL;
+         interp = PyInterpreterState_Next(interp)) {
+        for (PyThreadState *state = PyInterpreterState_ThreadHead(interp);
+             state != NULL && count < most; state = PyThreadState_Next(state)) {
+            pairs[count++] = (thread_pair){state, state->thread_id};
+        }
+    }
+    return count;
+}
+
+#define MAX_NAMED_HOLDERS 1024
+
 /* Sleeps ``seconds`` without the GIL, then takes it back: returns how long taking it back
- * took (a thread holding the GIL that long kept every other from running Python). */
+ * took (a thread holding the GIL that long kept every other from running Python) and the
+ * ident of the thread that held it as this one asked for it back: None if none did, or it
+ * started during the sleep. Its state is only compared with those of the threads alive
+ * before the sleep, never read: the holder may have ended by the time the GIL is ours. */
 static PyObject *native_gil_wait(PyObject *module, PyObject *arg)
 {
     (void)module;
@@ -262,13 +287,32 @@ static PyObject *native_gil_wait(PyObject *module, PyObject *arg)
         PyErr_SetString(PyExc_ValueError, "gil_wait() sleeps from 0 to 10 seconds");
         return NULL;
     }
+    thread_pair *pairs = PyMem_Malloc(sizeof(thread_pair) * MAX_NAMED_HOLDERS);
+    if (pairs == NULL) {
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t count = live_threads(pairs, MAX_NAMED_HOLDERS);
     uint64_t woke;
+    void *holder;
     Py_BEGIN_ALLOW_THREADS
     struct timespec pause = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
     nanosleep(&pause, NULL);
     woke = monotonic_ns();
+    holder = gil_holder();
     Py_END_ALLOW_THREADS
-    return PyFloat_FromDouble((double)(monotonic_ns() - woke) / 1e9);
+    double waited = (double)(monotonic_ns() - woke) / 1e9;
+    unsigned long ident = 0;
+    for (Py_ssize_t i = 0; holder != NULL && i < count; i++) {
+        if (pairs[i].state == holder) {
+            ident = pairs[i].ident;
+            break;
+        }
+    }
+    PyMem_Free(pairs);
+    if (ident == 0) {
+        return Py_BuildValue("(dO)", waited, Py_None);
+    }
+    return Py_BuildValue("(dk)", waited, ident);
 }
 
 static PyObject *native_wait_reason(PyObject *module, PyObject *arg)
@@ -783,7 +827,8 @@ static PyMethodDef methods[] = {
     {"wait_reason", native_wait_reason, METH_O,
      "wait_reason(tid): what thread tid is blocked in, an index of sampler._waits.REASONS."},
     {"gil_wait", native_gil_wait, METH_O,
-     "gil_wait(seconds): sleeps without the GIL; returns how long taking it back took."},
+     "gil_wait(seconds): sleeps without the GIL; returns how long taking it back took and "
+     "the ident of the thread that held it (or None)."},
     {"handlers_are_ours", native_handlers_are_ours, METH_NOARGS,
      "Whether SIGPROF, SIGSEGV and SIGBUS are still handled by the engine."},
     {"tag_tick", native_tag_tick, METH_NOARGS,

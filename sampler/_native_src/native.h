@@ -166,6 +166,9 @@ int threads_set_interval(uint64_t interval_ns);
 /* Stops (or restarts) every timer and the wall thread's signals: while a tracer such as py-spy
  * pauses threads, a signal arriving at that moment makes it lose track (benfred/py-spy#565). */
 int threads_pause_all(int paused);
+/* The thread state holding the GIL now, or NULL; read without the GIL, so a pointer to look
+ * for among the live threads (holding the GIL) before anything of it is read. */
+void *gil_holder(void);
 /* wall mode: writes the waiting intervals kept back, so a reader sees them now. */
 void threads_flush_repeats(void);
 void threads_clear(void);

@@ -688,3 +688,12 @@ void threads_after_fork(void)
     atomic_store(&wall_thread_ident, 0);
     wall_tstate = NULL;
 }
+
+void *gil_holder(void)
+{
+    struct _gil_runtime_state *gil = &_PyRuntime.ceval.gil;
+    if (!_Py_atomic_load_relaxed(&gil->locked)) {
+        return NULL;
+    }
+    return (void *)_Py_atomic_load_relaxed(&gil->last_holder);
+}

@@ -6,6 +6,7 @@ Each is planted in a real program and must be found with the right thread, a dur
 
 import asyncio
 import contextlib
+import ctypes
 import json
 import math
 import threading
@@ -18,6 +19,9 @@ import pytest
 from samplerhelpers import ENGINES
 
 import sampler
+from sampler._engine_native import unavailable
+
+NATIVE_UNAVAILABLE = unavailable()
 
 
 def spin(seconds):
@@ -104,6 +108,28 @@ def test_the_gil_held_by_c_code_is_a_stall_of_the_thread_holding_it():
     (stall,) = [st for st in stalls if st["thread"] == "holder"]
     assert 0.5 * held <= stall["duration"] <= 1.2 * held
     assert stack_with(stall["stacks"]["cpu"], "hold_the_gil") > 0
+
+
+def sleep_holding_the_gil():
+    time.sleep(0.1)
+    # C code that blocks without letting the GIL go: no CPU, so no CPU sample names it.
+    ctypes.PyDLL(None).usleep(200_000)
+
+
+@pytest.mark.skipif(NATIVE_UNAVAILABLE is not None, reason="the native engine reads the holder")
+def test_the_gil_held_by_a_thread_using_no_cpu_is_a_stall_of_that_thread():
+    s = sampler.start(port="none")
+    try:
+        holder = threading.Thread(target=sleep_holding_the_gil, name="sleeper")
+        holder.start()
+        holder.join()
+        time.sleep(0.05)
+        stalls = stalls_of(s, "gil")
+    finally:
+        sampler.stop()
+    (stall,) = [st for st in stalls if st["duration"] > 0.1]
+    assert stall["thread"] == "sleeper" and stall["what"] == "the GIL held"
+    assert 0.1 <= stall["duration"] <= 0.25
 
 
 def slow_app(environ, start_response):
