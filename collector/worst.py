@@ -225,6 +225,10 @@ def add_fleet_rows(conn: sa.Connection, rows: Iterable[dict]) -> None:
     per width, bucket, service and route, however many instances the rows come from."""
     groups: dict[tuple[int, int, str, str], RequestFigures] = {}
     for row in rows:
+        # A minute row stored by an older collector may be unreadable (migration 0008 merges
+        # them all): left out of the merged rows, not failing the rest.
+        if not _add_stored(RequestFigures(), row, bucket=row["bucket"], route=row["route"]):
+            continue
         for width in FLEET_WIDTHS:
             key = (width, align_down(int(row["bucket"]), width), row["service"], row["route"])
             groups.setdefault(key, RequestFigures()).add(row)
@@ -253,19 +257,21 @@ def merge_bucket_rows(old: dict, new: dict) -> dict:
     return figures.row()
 
 
-def _add_stored(figures: RequestFigures, old: Any, **where: Any) -> None:
-    # A stored row that cannot be read (written by hand, or damaged) is replaced by what is
-    # added to it, not left to fail every write of its key from now on.
+def _add_stored(figures: RequestFigures, old: Any, **where: Any) -> bool:
+    # A stored row that cannot be read (written by hand, or damaged) is logged and left out:
+    # replaced by what is added to it, never failing every write of its key from now on.
     try:
         figures.add(old)
+        return True
     except (SketchError, ValueError, TypeError, KeyError) as exc:
         log_event(
             log,
             logging.WARNING,
-            "worst cases: an unreadable request row replaced",
+            "worst cases: an unreadable request row left out",
             error=str(exc)[:200],
             **{key: str(value)[:200] for key, value in where.items()},
         )
+        return False
 
 
 def sketch_delta(current: Sketch, before: Sketch | None) -> Sketch:

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from collector.store import Store, schema
 from collector.targets import Target
-from collector.worst import WorstCases, add_request_rows, sketch_delta
+from collector.worst import WorstCases, add_fleet_rows, add_request_rows, sketch_delta
 from sampler._engine_native import unavailable
 from sampler._sketch import Sketch
 
@@ -316,12 +316,14 @@ def test_an_unreadable_stored_row_is_replaced_and_the_window_still_answers(sqlit
             .values(sketches='{"latency": 1}')
         )
         add_request_rows(conn, [{**row, "bucket": row["bucket"] + 60 - 120}])
+        add_fleet_rows(conn, [{**row, "route": "/other", "sketches": "{}"}])  # as 0008 would
         day = conn.execute(
             sa.select(schema.request_fleet.c.count).where(schema.request_fleet.c.width == 86400)
         ).scalar_one()
     engine.dispose()
     assert day == 1  # replaced by what was added to it
-    assert logs.matching("level=warning", "unreadable request row replaced", "width=86400")
+    assert logs.matching("level=warning", "unreadable request row left out", "width=86400")
+    assert logs.matching("level=warning", "unreadable request row left out", "route=/other")
     app = create_app({"DATABASE_URL": sqlite_url, "WARM_HOURS": 0})
     try:
         window = "from=1799996400&to=1800000000&host=h"
