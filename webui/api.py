@@ -56,6 +56,12 @@ def _max_nodes() -> int:
     return parse_int(request.args, "max_nodes", config["MAX_NODES"], 2, config["MAX_NODES_LIMIT"])
 
 
+def _read_from(selection: Selection) -> int:
+    # The first bucket a window reads: its points start there, not at the bucket `from` cuts
+    # (which is never read, so drew as a zero at the chart's left edge).
+    return align_up(selection.start, current_app.config["BUCKET_SECONDS"])
+
+
 def _describe(selection: Selection) -> dict[str, Any]:
     # What is read: the buckets that start in [from, to), so the window read runs from the
     # first bucket start at or after `from` to the first at or after `to`.
@@ -63,7 +69,7 @@ def _describe(selection: Selection) -> dict[str, Any]:
     return {
         "from": selection.start,
         "to": selection.end,
-        "read_from": align_up(selection.start, bucket),
+        "read_from": _read_from(selection),
         "read_to": align_up(selection.end, bucket),
         "mode": selection.mode,
         "service": list(selection.services),
@@ -141,7 +147,7 @@ def timeline() -> Response:
     points = db.get_db().query.timeline(
         selection.start, selection.end, db.filters_of(selection), step=step
     )
-    filled = fill_timeline(points, selection.start, selection.end, step)
+    filled = fill_timeline(points, _read_from(selection), selection.end, step)
     answer: dict[str, Any] = {
         "selection": _describe(selection),
         "step": step,
@@ -174,7 +180,7 @@ def _split_timeline(selection: Selection, key: str, step: int) -> list[dict[str,
         else:
             narrowed = replace(filters, labels=(*filters.labels, (key, value)))
         points = query.timeline(selection.start, selection.end, narrowed, step=step)
-        filled = fill_timeline(points, selection.start, selection.end, step)
+        filled = fill_timeline(points, _read_from(selection), selection.end, step)
         series.append({"value": value, "total": sum(c for _, c in filled), "points": filled})
     series.sort(key=lambda s: -s["total"])
     return series[:MAX_SPLIT]

@@ -121,6 +121,11 @@ def test_timeline(client):
     day = client.get(f"/api/timeline?from={T0 - 86400}&to={T0 + 86400}").get_json()
     assert day["step"] == 600 and len(day["points"]) == 288
     assert day["total"] == sum(expected().values())
+    # A window cut inside a minute reads the minutes that start in it: its points too (the
+    # minute it cuts was a zero at the chart's left edge, a dip that was never there).
+    cut = client.get(f"/api/timeline?from={T0 + 30}&to={T0 + 3600}").get_json()
+    assert cut["points"][0] == [T0 + 60, per_minute] and len(cut["points"]) == 59
+    assert cut["selection"]["read_from"] == T0 + 60
 
 
 def test_top_functions(client):
