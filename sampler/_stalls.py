@@ -29,6 +29,7 @@ from collections import deque
 
 from ._log import log
 from ._osthread import name_os_thread
+from ._stall_kinds import TIMED, gil_what
 from .profile import escape_frame
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
@@ -39,37 +40,14 @@ if TYPE_CHECKING:
 
     from ._core import Sampler
 
+    # seconds -> (waited, the holder's ident, its seconds on a CPU and runnable meanwhile)
+    GilWait = Callable[[float], tuple[float, int | None, float | None, float | None]]
+
 MAX_STALLS = 500
 # Stacks read from one stalled thread, at most (2.5 minutes at the watcher's pace).
 MAX_WALL_READS = 6000
 # A stall's stacks: at most this many distinct ones of each source are kept.
 MAX_STACKS_PER_STALL = 50
-# What is timed: (module, class, method) -> (kind, how to say what one call was doing).
-TIMED = {
-    ("asyncio.events", "Handle", "_run"): ("event-loop", lambda args: _describe(args[0])),
-    ("gunicorn.workers.sync", "SyncWorker", "handle_request"): (
-        "request",
-        lambda args: _request("gunicorn", getattr(args[2], "path", None)),
-    ),
-    ("gunicorn.workers.gthread", "ThreadWorker", "handle_request"): (
-        "request",
-        lambda args: _request("gunicorn", getattr(args[1], "path", None)),
-    ),
-    ("werkzeug.serving", "WSGIRequestHandler", "run_wsgi"): (
-        "request",
-        lambda args: _request("werkzeug", getattr(args[0], "path", None)),
-    ),
-    ("wsgiref.handlers", "BaseHandler", "run"): (
-        "request",
-        lambda args: _request(
-            "wsgiref", (getattr(args[0], "environ", None) or {}).get("PATH_INFO")
-        ),
-    ),
-    ("waitress.task", "WSGITask", "execute"): (
-        "request",
-        lambda args: _request("waitress", getattr(getattr(args[0], "request", None), "path", None)),
-    ),
-}
 
 
 class Stall:
@@ -133,7 +111,7 @@ class StallWatcher:
         # (module, class, method) -> the original method, for what is wrapped now
         self._wrapped: dict[tuple[str, str, str], Any] = {}
         self._modules_seen = 0
-        self._gil_wait: Callable[[float], tuple[float, int | None]] | None = None
+        self._gil_wait: GilWait | None = None
         self._clock_offset = time.time() - time.monotonic()
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -211,10 +189,10 @@ class StallWatcher:
         while not self._stopping.is_set():
             try:
                 threads = dict(threading._active)  # type: ignore[attr-defined]
-                waited, holder = self._sleep(self.period)
+                waited, *holder = self._sleep(self.period)
                 now = time.monotonic()
                 if waited > self.threshold:
-                    self._gil_held(now - waited, now, threads, holder)
+                    self._gil_held(now - waited, now, threads, *holder)
                 self._wrap_loaded()
                 # Stalls that ended first, with the stacks read in them; then the calls running.
                 self._finish_pending()
@@ -223,19 +201,21 @@ class StallWatcher:
                 log.exception("fleetflame sampler: the stall watcher failed; stalls not watched")
                 return
 
-    def _sleep(self, period: float) -> tuple[float, int | None]:
-        """Sleeps without the GIL; returns how long getting it back took, and who held it."""
+    def _sleep(self, period: float) -> tuple[float, int | None, float | None, float | None]:
+        """Sleeps without the GIL; returns how long getting it back took, who held it, and its
+        seconds on a CPU and runnable meanwhile (the native engine reads them)."""
         if self._gil_wait is not None:
             return self._gil_wait(period)
         started = time.monotonic()
         time.sleep(period)
         # Without the native engine this is any lateness, the scheduler's included.
-        return max(0.0, time.monotonic() - started - period), None
+        return max(0.0, time.monotonic() - started - period), None, None, None
 
-    def _gil_held(self, started: float, ended: float, threads: Any, holder: int | None) -> None:
+    def _gil_held(self, started: float, ended: float, threads: Any, *hold: Any) -> None:
         # The thread holding the GIL as the watcher asked for it back (the native engine
         # reads it), else the one sampled most meanwhile; named as before the hold (it may end).
         self._catch_up()
+        holder, on_cpu, runnable = hold
         if holder is None:
             per_thread: dict[int, float] = {}
             for at, ident, _, weight in self._recent():
@@ -244,7 +224,7 @@ class StallWatcher:
             holder = max(per_thread, key=per_thread.__getitem__) if per_thread else None
         stall = Stall("gil", holder, self._clock_offset + started, ended - started)
         stall.thread = threads[holder].name if holder in threads else stall.thread
-        stall.what = "the GIL held" + ("" if holder is not None else " (thread unknown)")
+        stall.what = gil_what(ended - started, holder, on_cpu, runnable)
         self._finish(stall, started, ended)
 
     def _read_stalled(self, now: float) -> None:
@@ -362,10 +342,6 @@ def _hide(code: Any, sampler: Sampler) -> None:
     hide_code(code, sampler.engine.name)
 
 
-def _request(server: str, path: Any) -> str:
-    return f"a {server} request" + (f" for {path}"[:200] if isinstance(path, str) else "")
-
-
 def _folded(frame: FrameType | None) -> str:
     from ._stack_walk import HIDDEN_CODE_IDS
 
@@ -377,15 +353,6 @@ def _folded(frame: FrameType | None) -> str:
             names.append(escape_frame(f"{module}:{qualname}"))
         frame = frame.f_back
     return ";".join(reversed(names))
-
-
-def _describe(handle: Any) -> str:
-    callback = getattr(handle, "_callback", None)
-    task = getattr(callback, "__self__", None)
-    coroutine = getattr(task, "get_coro", None)
-    if coroutine is not None:
-        return f"a step of task {getattr(coroutine(), '__qualname__', '?')}"
-    return f"callback {getattr(callback, '__qualname__', repr(callback))}"[:200]
 
 
 def _thread_name(ident: int | None) -> str:

@@ -249,11 +249,12 @@ static PyObject *native_tracer_pid(PyObject *module, PyObject *unused)
     return PyLong_FromLong(pid);
 }
 
-/* Every live thread's state and ident, read holding the GIL (no state comes or goes
- * meanwhile): at most ``most``; returns how many. */
+/* Every live thread's state, ident and kernel id, read holding the GIL (no state comes or
+ * goes meanwhile): at most ``most``; returns how many. */
 typedef struct {
     void *state;
     unsigned long ident;
+    pid_t tid;
 } thread_pair;
 
 static Py_ssize_t live_threads(thread_pair *pairs, Py_ssize_t most)
@@ -263,19 +264,23 @@ static Py_ssize_t live_threads(thread_pair *pairs, Py_ssize_t most)
          interp = PyInterpreterState_Next(interp)) {
         for (PyThreadState *state = PyInterpreterState_ThreadHead(interp);
              state != NULL && count < most; state = PyThreadState_Next(state)) {
-            pairs[count++] = (thread_pair){state, state->thread_id};
+            pairs[count++] = (thread_pair){state, state->thread_id, (pid_t)state->native_thread_id};
         }
     }
     return count;
 }
 
 #define MAX_NAMED_HOLDERS 1024
+/* A wait this long reads what the holder did meanwhile: shorter ones are no stall. */
+#define HOLD_WORTH_READING_NS 5000000ULL
 
-/* Sleeps ``seconds`` without the GIL, then takes it back: returns how long taking it back
- * took (a thread holding the GIL that long kept every other from running Python) and the
- * ident of the thread that held it as this one asked for it back: None if none did, or it
- * started during the sleep. Its state is only compared with those of the threads alive
- * before the sleep, never read: the holder may have ended by the time the GIL is ours. */
+/* Sleeps ``seconds`` without the GIL, then takes it back. Returns how long taking it back
+ * took (a thread holding the GIL that long kept every other from running Python); the ident
+ * of the thread that held it as this one asked for it back (None if none did, or it started
+ * during the sleep: its state is only compared with those of the threads alive before the
+ * sleep, never read, as it may have ended by the time the GIL is ours); and, for a wait of
+ * 5 ms or more, how many seconds of it the holder ran on a CPU and waited runnable for one
+ * (None where the scheduler's counts could not be read). */
 static PyObject *native_gil_wait(PyObject *module, PyObject *arg)
 {
     (void)module;
@@ -292,27 +297,39 @@ static PyObject *native_gil_wait(PyObject *module, PyObject *arg)
         return PyErr_NoMemory();
     }
     Py_ssize_t count = live_threads(pairs, MAX_NAMED_HOLDERS);
-    uint64_t woke;
-    void *holder;
+    uint64_t woke, took;
+    thread_pair *holder = NULL;
+    uint64_t cpu_before = 0, runnable_before = 0, cpu_after = 0, runnable_after = 0;
+    int counted = 0;
     Py_BEGIN_ALLOW_THREADS
     struct timespec pause = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
     nanosleep(&pause, NULL);
     woke = monotonic_ns();
-    holder = gil_holder();
-    Py_END_ALLOW_THREADS
-    double waited = (double)(monotonic_ns() - woke) / 1e9;
-    unsigned long ident = 0;
-    for (Py_ssize_t i = 0; holder != NULL && i < count; i++) {
-        if (pairs[i].state == holder) {
-            ident = pairs[i].ident;
+    void *state = gil_holder();
+    for (Py_ssize_t i = 0; state != NULL && i < count; i++) {
+        if (pairs[i].state == state) {
+            holder = &pairs[i];
             break;
         }
     }
+    /* Read only when the GIL is held as the watcher wakes: an idle process pays nothing. */
+    counted = holder != NULL && holder->tid > 0 &&
+              thread_schedstat(holder->tid, &cpu_before, &runnable_before) == 0;
+    Py_END_ALLOW_THREADS
+    took = monotonic_ns() - woke;
+    counted = counted && took >= HOLD_WORTH_READING_NS &&
+              thread_schedstat(holder->tid, &cpu_after, &runnable_after) == 0;
+    unsigned long ident = holder != NULL ? holder->ident : 0;
     PyMem_Free(pairs);
+    double waited = (double)took / 1e9;
     if (ident == 0) {
-        return Py_BuildValue("(dO)", waited, Py_None);
+        return Py_BuildValue("(dOOO)", waited, Py_None, Py_None, Py_None);
     }
-    return Py_BuildValue("(dk)", waited, ident);
+    if (!counted) {
+        return Py_BuildValue("(dkOO)", waited, ident, Py_None, Py_None);
+    }
+    return Py_BuildValue("(dkdd)", waited, ident, (double)(cpu_after - cpu_before) / 1e9,
+                         (double)(runnable_after - runnable_before) / 1e9);
 }
 
 static PyObject *native_wait_reason(PyObject *module, PyObject *arg)
@@ -827,8 +844,8 @@ static PyMethodDef methods[] = {
     {"wait_reason", native_wait_reason, METH_O,
      "wait_reason(tid): what thread tid is blocked in, an index of sampler._waits.REASONS."},
     {"gil_wait", native_gil_wait, METH_O,
-     "gil_wait(seconds): sleeps without the GIL; returns how long taking it back took and "
-     "the ident of the thread that held it (or None)."},
+     "gil_wait(seconds): sleeps without the GIL; returns how long taking it back took, the "
+     "ident of the thread that held it, and its seconds on a CPU and runnable meanwhile."},
     {"handlers_are_ours", native_handlers_are_ours, METH_NOARGS,
      "Whether SIGPROF, SIGSEGV and SIGBUS are still handled by the engine."},
     {"tag_tick", native_tag_tick, METH_NOARGS,

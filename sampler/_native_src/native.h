@@ -198,6 +198,9 @@ enum {
 };
 /* What thread ``tid`` of this process is blocked in, from the system call it is in. */
 int wait_reason(pid_t tid);
+/* A thread's time on a CPU and runnable but waiting for one, from the scheduler
+ * (/proc/self/task/TID/schedstat); -1 where it cannot be read (the thread has ended). */
+int thread_schedstat(pid_t tid, uint64_t *on_cpu_ns, uint64_t *runnable_ns);
 
 /* -- counting into the sampler's table (count.c) ------------------------------------------ */
 

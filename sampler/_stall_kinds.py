@@ -1,0 +1,60 @@
+"""What the stall watcher times, and how each kind of stall is said in words (``what``)."""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any
+
+# What is timed: (module, class, method) -> (kind, how to say what one call was doing).
+TIMED = {
+    ("asyncio.events", "Handle", "_run"): ("event-loop", lambda args: _describe(args[0])),
+    ("gunicorn.workers.sync", "SyncWorker", "handle_request"): (
+        "request",
+        lambda args: _request("gunicorn", getattr(args[2], "path", None)),
+    ),
+    ("gunicorn.workers.gthread", "ThreadWorker", "handle_request"): (
+        "request",
+        lambda args: _request("gunicorn", getattr(args[1], "path", None)),
+    ),
+    ("werkzeug.serving", "WSGIRequestHandler", "run_wsgi"): (
+        "request",
+        lambda args: _request("werkzeug", getattr(args[0], "path", None)),
+    ),
+    ("wsgiref.handlers", "BaseHandler", "run"): (
+        "request",
+        lambda args: _request(
+            "wsgiref", (getattr(args[0], "environ", None) or {}).get("PATH_INFO")
+        ),
+    ),
+    ("waitress.task", "WSGITask", "execute"): (
+        "request",
+        lambda args: _request("waitress", getattr(getattr(args[0], "request", None), "path", None)),
+    ),
+}
+
+
+def _request(server: str, path: Any) -> str:
+    return f"a {server} request" + (f" for {path}"[:200] if isinstance(path, str) else "")
+
+
+def _describe(handle: Any) -> str:
+    callback = getattr(handle, "_callback", None)
+    task = getattr(callback, "__self__", None)
+    coroutine = getattr(task, "get_coro", None)
+    if coroutine is not None:
+        return f"a step of task {getattr(coroutine(), '__qualname__', '?')}"
+    return f"callback {getattr(callback, '__qualname__', repr(callback))}"[:200]
+
+
+def gil_what(held: float, holder: int | None, on_cpu: float | None, runnable: float | None) -> str:
+    # What the holder did meanwhile, by the scheduler's counts: ran, waited for a CPU (the
+    # host is overloaded: its code is not at fault), or was blocked in a call that kept it.
+    if holder is None:
+        return "the GIL held (thread unknown)"
+    if on_cpu is None or runnable is None or on_cpu >= held / 2:
+        return "the GIL held"
+    ran = f"(it ran {on_cpu * 1000:.0f} of {held * 1000:.0f} ms)"
+    if runnable >= held / 2:
+        return f"the GIL held by a thread waiting for a CPU: the host is overloaded {ran}"
+    return f"the GIL held by a thread blocked in a call that did not release it {ran}"
