@@ -47,14 +47,14 @@ def _describe(handle: Any) -> str:
     return f"callback {getattr(callback, '__qualname__', repr(callback))}"[:200]
 
 
-def gil_what(held: float, holder: int | None, on_cpu: float | None, runnable: float | None) -> str:
-    # What the holder did meanwhile, by the scheduler's counts: ran, waited for a CPU (the
-    # host is overloaded: its code is not at fault), or was blocked in a call that kept it.
+def gil_what(held: float, holder: int | None, on_cpu: float | None) -> str:
+    # What the holder did meanwhile, by its CPU clock: ran (its code holds the GIL), or did
+    # not (blocked in a call that kept the GIL, or waiting for a CPU on an overloaded host).
     if holder is None:
         return "the GIL held (thread unknown)"
-    if on_cpu is None or runnable is None or on_cpu >= held / 2:
+    if on_cpu is None or on_cpu >= held / 2:
         return "the GIL held"
-    ran = f"(it ran {on_cpu * 1000:.0f} of {held * 1000:.0f} ms)"
-    if runnable >= held / 2:
-        return f"the GIL held by a thread waiting for a CPU: the host is overloaded {ran}"
-    return f"the GIL held by a thread blocked in a call that did not release it {ran}"
+    return (
+        f"the GIL held by a thread that was not running (it ran {on_cpu * 1000:.0f} of "
+        f"{held * 1000:.0f} ms): blocked in a call that kept the GIL, or waiting for a CPU"
+    )

@@ -271,24 +271,22 @@ static Py_ssize_t live_threads(thread_pair *pairs, Py_ssize_t most)
 }
 
 #define MAX_NAMED_HOLDERS 1024
-/* A wait this long reads what the holder did meanwhile: shorter ones are no stall. */
-#define HOLD_WORTH_READING_NS 5000000ULL
 
 /* Sleeps ``seconds`` without the GIL, then takes it back. Returns how long taking it back
  * took (a thread holding the GIL that long kept every other from running Python); the ident
  * of the thread that held it as this one asked for it back (None if none did, or it started
  * during the sleep: its state is only compared with those of the threads alive before the
  * sleep, never read, as it may have ended by the time the GIL is ours); and, for a wait of
- * 5 ms or more, how many seconds of it the holder ran on a CPU and waited runnable for one
- * (None where the scheduler's counts could not be read). */
-static PyObject *native_gil_wait(PyObject *module, PyObject *arg)
+ * ``threshold`` seconds or more, how many seconds of it the holder ran on a CPU (None where
+ * its CPU clock could not be read: it has ended). */
+static PyObject *native_gil_wait(PyObject *module, PyObject *args)
 {
     (void)module;
-    double seconds = PyFloat_AsDouble(arg);
-    if (seconds == -1.0 && PyErr_Occurred()) {
+    double seconds, threshold;
+    if (!PyArg_ParseTuple(args, "dd", &seconds, &threshold)) {
         return NULL;
     }
-    if (!(seconds >= 0 && seconds <= 10)) {
+    if (!(seconds >= 0 && seconds <= 10) || !(threshold >= 0)) {
         PyErr_SetString(PyExc_ValueError, "gil_wait() sleeps from 0 to 10 seconds");
         return NULL;
     }
@@ -297,9 +295,8 @@ static PyObject *native_gil_wait(PyObject *module, PyObject *arg)
         return PyErr_NoMemory();
     }
     Py_ssize_t count = live_threads(pairs, MAX_NAMED_HOLDERS);
-    uint64_t woke, took;
+    uint64_t woke, took, cpu_before = 0, cpu_after = 0;
     thread_pair *holder = NULL;
-    uint64_t cpu_before = 0, runnable_before = 0, cpu_after = 0, runnable_after = 0;
     int counted = 0;
     Py_BEGIN_ALLOW_THREADS
     struct timespec pause = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
@@ -312,24 +309,22 @@ static PyObject *native_gil_wait(PyObject *module, PyObject *arg)
             break;
         }
     }
-    /* Read only when the GIL is held as the watcher wakes: an idle process pays nothing. */
-    counted = holder != NULL && holder->tid > 0 &&
-              thread_schedstat(holder->tid, &cpu_before, &runnable_before) == 0;
+    /* One clock read, only when the GIL is held as the watcher wakes. */
+    counted = holder != NULL && holder->tid > 0 && thread_cpu_ns(holder->tid, &cpu_before) == 0;
     Py_END_ALLOW_THREADS
     took = monotonic_ns() - woke;
-    counted = counted && took >= HOLD_WORTH_READING_NS &&
-              thread_schedstat(holder->tid, &cpu_after, &runnable_after) == 0;
+    counted = counted && (double)took >= threshold * 1e9 &&
+              thread_cpu_ns(holder->tid, &cpu_after) == 0 && cpu_after >= cpu_before;
     unsigned long ident = holder != NULL ? holder->ident : 0;
     PyMem_Free(pairs);
     double waited = (double)took / 1e9;
     if (ident == 0) {
-        return Py_BuildValue("(dOOO)", waited, Py_None, Py_None, Py_None);
+        return Py_BuildValue("(dOO)", waited, Py_None, Py_None);
     }
     if (!counted) {
-        return Py_BuildValue("(dkOO)", waited, ident, Py_None, Py_None);
+        return Py_BuildValue("(dkO)", waited, ident, Py_None);
     }
-    return Py_BuildValue("(dkdd)", waited, ident, (double)(cpu_after - cpu_before) / 1e9,
-                         (double)(runnable_after - runnable_before) / 1e9);
+    return Py_BuildValue("(dkd)", waited, ident, (double)(cpu_after - cpu_before) / 1e9);
 }
 
 static PyObject *native_wait_reason(PyObject *module, PyObject *arg)
@@ -843,9 +838,10 @@ static PyMethodDef methods[] = {
      "hide_code(code): frames of this code object are left out of every walk (False: too many)."},
     {"wait_reason", native_wait_reason, METH_O,
      "wait_reason(tid): what thread tid is blocked in, an index of sampler._waits.REASONS."},
-    {"gil_wait", native_gil_wait, METH_O,
-     "gil_wait(seconds): sleeps without the GIL; returns how long taking it back took, the "
-     "ident of the thread that held it, and its seconds on a CPU and runnable meanwhile."},
+    {"gil_wait", native_gil_wait, METH_VARARGS,
+     "gil_wait(seconds, threshold): sleeps without the GIL; returns how long taking it back "
+     "took, the ident of the thread that held it, and, past threshold, its seconds on a CPU "
+     "meanwhile."},
     {"handlers_are_ours", native_handlers_are_ours, METH_NOARGS,
      "Whether SIGPROF, SIGSEGV and SIGBUS are still handled by the engine."},
     {"tag_tick", native_tag_tick, METH_NOARGS,

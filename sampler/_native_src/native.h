@@ -169,6 +169,8 @@ int threads_pause_all(int paused);
 /* The thread state holding the GIL now, or NULL; read without the GIL, so a pointer to look
  * for among the live threads (holding the GIL) before anything of it is read. */
 void *gil_holder(void);
+/* Thread ``tid``'s CPU time so far; -1 where it cannot be read (the thread has ended). */
+int thread_cpu_ns(pid_t tid, uint64_t *ns);
 /* wall mode: writes the waiting intervals kept back, so a reader sees them now. */
 void threads_flush_repeats(void);
 void threads_clear(void);
@@ -198,9 +200,6 @@ enum {
 };
 /* What thread ``tid`` of this process is blocked in, from the system call it is in. */
 int wait_reason(pid_t tid);
-/* A thread's time on a CPU and runnable but waiting for one, from the scheduler
- * (/proc/self/task/TID/schedstat); -1 where it cannot be read (the thread has ended). */
-int thread_schedstat(pid_t tid, uint64_t *on_cpu_ns, uint64_t *runnable_ns);
 
 /* -- counting into the sampler's table (count.c) ------------------------------------------ */
 

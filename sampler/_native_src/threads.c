@@ -697,3 +697,13 @@ void *gil_holder(void)
     }
     return (void *)_Py_atomic_load_relaxed(&gil->last_holder);
 }
+
+int thread_cpu_ns(pid_t tid, uint64_t *ns)
+{
+    struct timespec now;
+    if (clock_gettime(thread_cpu_clock(tid), &now) != 0) {
+        return -1;
+    }
+    *ns = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+    return 0;
+}

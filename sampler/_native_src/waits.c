@@ -150,28 +150,3 @@ int wait_reason(pid_t tid)
     }
     return REASON_OTHER;
 }
-
-int thread_schedstat(pid_t tid, uint64_t *on_cpu_ns, uint64_t *runnable_ns)
-{
-    char path[64], text[128];
-    snprintf(path, sizeof(path), "/proc/self/task/%d/schedstat", (int)tid);
-    int file = open(path, O_RDONLY | O_CLOEXEC);
-    if (file < 0) {
-        return -1;
-    }
-    ssize_t length = read(file, text, sizeof(text) - 1);
-    close(file);
-    if (length <= 0) {
-        return -1;
-    }
-    text[length] = '\0';
-    /* "ON_CPU_NS RUNQUEUE_NS TIMESLICES" */
-    char *end;
-    *on_cpu_ns = strtoull(text, &end, 10);
-    if (end == text) {
-        return -1;
-    }
-    char *second = end;
-    *runnable_ns = strtoull(second, &end, 10);
-    return end == second ? -1 : 0;
-}

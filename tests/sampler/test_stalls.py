@@ -107,8 +107,9 @@ def test_the_gil_held_by_c_code_is_a_stall_of_the_thread_holding_it():
     assert held > 0.1
     (stall,) = [st for st in stalls if st["thread"] == "holder"]
     assert 0.5 * held <= stall["duration"] <= 1.2 * held
-    # Running on a CPU all along (or, on a loaded machine, waiting for one: then it says so).
-    assert stall["what"] == "the GIL held" or "waiting for a CPU" in stall["what"], stall
+    # It ran all along (an ended holder's CPU is not read; a loaded machine may keep it off
+    # the CPU for most of the hold, and then says so).
+    assert stall["what"] == "the GIL held" or "not running" in stall["what"], stall
     assert stack_with(stall["stacks"]["cpu"], "hold_the_gil") > 0
 
 
@@ -132,8 +133,8 @@ def test_the_gil_held_by_a_thread_using_no_cpu_is_a_stall_of_that_thread():
         sampler.stop()
     (stall,) = [st for st in stalls if st["duration"] > 0.1]
     assert stall["thread"] == "sleeper"
-    # The scheduler's counts say the holder neither ran nor waited for a CPU: it was blocked.
-    assert stall["what"].startswith("the GIL held by a thread blocked in a call"), stall
+    # Its CPU clock says it did not run while it held the GIL.
+    assert stall["what"].startswith("the GIL held by a thread that was not running"), stall
     assert 0.1 <= stall["duration"] <= 0.25
 
 
