@@ -35,7 +35,18 @@ def native_extensions() -> list[Extension]:
         and sys.version_info[:2] == (3, 11)
     ):
         return []
-    parts = ["module", "walk", "ring", "guard", "freed", "threads", "codemap", "count", "waits"]
+    parts = [
+        "module",
+        "walk",
+        "ring",
+        "guard",
+        "freed",
+        "threads",
+        "codemap",
+        "count",
+        "waits",
+        "gil",
+    ]
     return [
         Extension(
             "sampler._native",

@@ -47,9 +47,12 @@ def _describe(handle: Any) -> str:
     return f"callback {getattr(callback, '__qualname__', repr(callback))}"[:200]
 
 
-def gil_what(held: float, holder: int | None, on_cpu: float | None) -> str:
-    # What the holder did meanwhile, by its CPU clock: ran (its code holds the GIL), or did
-    # not (blocked in a call that kept the GIL, or waiting for a CPU on an overloaded host).
+def gil_what(held: float, holder: int | None, on_cpu: float | None, handoffs: int) -> str:
+    # What kept the GIL from the watcher: other threads taking turns (contention), one thread
+    # running (its code holds the GIL), or one that did not run (blocked in a call that kept
+    # the GIL, or waiting for a CPU on an overloaded host), by its CPU clock.
+    if handoffs:
+        return f"the GIL contended: it changed hands {handoffs} times before the watcher had it"
     if holder is None:
         return "the GIL held (thread unknown)"
     if on_cpu is None or on_cpu >= held / 2:

@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 
     from ._core import Sampler
 
-    # (seconds, threshold) -> (waited, the holder's ident, its seconds on a CPU meanwhile)
-    GilWait = Callable[[float, float], tuple[float, int | None, float | None]]
+    # (seconds, threshold) -> (waited, the holder's ident, its CPU seconds, the GIL's handoffs)
+    GilWait = Callable[[float, float], tuple[float, int | None, float | None, int]]
 
 MAX_STALLS = 500
 # Stacks read from one stalled thread, at most (2.5 minutes at the watcher's pace).
@@ -201,22 +201,25 @@ class StallWatcher:
                 log.exception("fleetflame sampler: the stall watcher failed; stalls not watched")
                 return
 
-    def _sleep(self, period: float) -> tuple[float, int | None, float | None]:
-        """Sleeps without the GIL; returns how long getting it back took, who held it, and its
-        seconds on a CPU meanwhile (the native engine reads them)."""
+    def _sleep(self, period: float) -> tuple[float, int | None, float | None, int]:
+        """Sleeps without the GIL; returns how long getting it back took, who held it, its
+        seconds on a CPU and the GIL's handoffs meanwhile (the native engine reads them)."""
         if self._gil_wait is not None:
             return self._gil_wait(period, self.threshold)
         started = time.monotonic()
         time.sleep(period)
         # Without the native engine this is any lateness, the scheduler's included.
-        return max(0.0, time.monotonic() - started - period), None, None
+        return max(0.0, time.monotonic() - started - period), None, None, 0
 
     def _gil_held(self, started: float, ended: float, threads: Any, *hold: Any) -> None:
         # The thread holding the GIL as the watcher asked for it back (the native engine
         # reads it), else the one sampled most meanwhile; named as before the hold (it may end).
         self._catch_up()
-        holder, on_cpu = hold
-        if holder is None:
+        holder, on_cpu, handoffs = hold
+        # Threads taking turns (each at most a switch interval while others wait) filled half
+        # the wait or more: contention, and the busiest thread is named.
+        contended = handoffs * sys.getswitchinterval() >= (ended - started) / 2
+        if holder is None or contended:
             per_thread: dict[int, float] = {}
             for at, ident, _, weight in self._recent():
                 if started <= at <= ended:
@@ -224,7 +227,7 @@ class StallWatcher:
             holder = max(per_thread, key=per_thread.__getitem__) if per_thread else None
         stall = Stall("gil", holder, self._clock_offset + started, ended - started)
         stall.thread = threads[holder].name if holder in threads else stall.thread
-        stall.what = gil_what(ended - started, holder, on_cpu)
+        stall.what = gil_what(ended - started, holder, on_cpu, handoffs if contended else 0)
         self._finish(stall, started, ended)
 
     def _read_stalled(self, now: float) -> None:

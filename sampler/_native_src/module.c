@@ -249,36 +249,12 @@ static PyObject *native_tracer_pid(PyObject *module, PyObject *unused)
     return PyLong_FromLong(pid);
 }
 
-/* Every live thread's state, ident and kernel id, read holding the GIL (no state comes or
- * goes meanwhile): at most ``most``; returns how many. */
-typedef struct {
-    void *state;
-    unsigned long ident;
-    pid_t tid;
-} thread_pair;
-
-static Py_ssize_t live_threads(thread_pair *pairs, Py_ssize_t most)
-{
-    Py_ssize_t count = 0;
-    for (PyInterpreterState *interp = PyInterpreterState_Head(); interp != NULL;
-         interp = PyInterpreterState_Next(interp)) {
-        for (PyThreadState *state = PyInterpreterState_ThreadHead(interp);
-             state != NULL && count < most; state = PyThreadState_Next(state)) {
-            pairs[count++] = (thread_pair){state, state->thread_id, (pid_t)state->native_thread_id};
-        }
-    }
-    return count;
-}
-
-#define MAX_NAMED_HOLDERS 1024
-
 /* Sleeps ``seconds`` without the GIL, then takes it back. Returns how long taking it back
- * took (a thread holding the GIL that long kept every other from running Python); the ident
- * of the thread that held it as this one asked for it back (None if none did, or it started
- * during the sleep: its state is only compared with those of the threads alive before the
- * sleep, never read, as it may have ended by the time the GIL is ours); and, for a wait of
- * ``threshold`` seconds or more, how many seconds of it the holder ran on a CPU (None where
- * its CPU clock could not be read: it has ended). */
+ * took (a thread holding the GIL that long kept every other from running Python), and, about
+ * the thread that held it as this one asked for it back: its ident (None if none did, or it
+ * cannot be told: started during the sleep, or its state reused), its seconds on a CPU over
+ * the wait if that lasted ``threshold`` seconds or more (None where its clock could not be
+ * read: it has ended), and how many times the GIL passed to yet another thread meanwhile. */
 static PyObject *native_gil_wait(PyObject *module, PyObject *args)
 {
     (void)module;
@@ -290,41 +266,30 @@ static PyObject *native_gil_wait(PyObject *module, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "gil_wait() sleeps from 0 to 10 seconds");
         return NULL;
     }
-    thread_pair *pairs = PyMem_Malloc(sizeof(thread_pair) * MAX_NAMED_HOLDERS);
-    if (pairs == NULL) {
-        return PyErr_NoMemory();
-    }
-    Py_ssize_t count = live_threads(pairs, MAX_NAMED_HOLDERS);
-    uint64_t woke, took, cpu_before = 0, cpu_after = 0;
-    thread_pair *holder = NULL;
-    int counted = 0;
+    gil_watch watch;
+    gil_watch_begin(&watch);
+    uint64_t woke;
     Py_BEGIN_ALLOW_THREADS
     struct timespec pause = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
-    nanosleep(&pause, NULL);
+    while (nanosleep(&pause, &pause) != 0 && errno == EINTR) {
+    }
     woke = monotonic_ns();
-    void *state = gil_holder();
-    for (Py_ssize_t i = 0; state != NULL && i < count; i++) {
-        if (pairs[i].state == state) {
-            holder = &pairs[i];
-            break;
-        }
-    }
-    /* One clock read, only when the GIL is held as the watcher wakes. */
-    counted = holder != NULL && holder->tid > 0 && thread_cpu_ns(holder->tid, &cpu_before) == 0;
+    gil_watch_woke(&watch);
     Py_END_ALLOW_THREADS
-    took = monotonic_ns() - woke;
-    counted = counted && (double)took >= threshold * 1e9 &&
-              thread_cpu_ns(holder->tid, &cpu_after) == 0 && cpu_after >= cpu_before;
-    unsigned long ident = holder != NULL ? holder->ident : 0;
-    PyMem_Free(pairs);
+    uint64_t took = monotonic_ns() - woke;
+    gil_watch_end(&watch, (double)took >= threshold * 1e9);
     double waited = (double)took / 1e9;
-    if (ident == 0) {
-        return Py_BuildValue("(dOO)", waited, Py_None, Py_None);
+    PyObject *result;
+    if (watch.holder == NULL) {
+        result = Py_BuildValue("(dOOl)", waited, Py_None, Py_None, watch.handoffs);
+    } else if (!watch.cpu_known) {
+        result = Py_BuildValue("(dkOl)", waited, watch.holder->ident, Py_None, watch.handoffs);
+    } else {
+        result = Py_BuildValue("(dkdl)", waited, watch.holder->ident,
+                               (double)watch.cpu_ns / 1e9, watch.handoffs);
     }
-    if (!counted) {
-        return Py_BuildValue("(dkO)", waited, ident, Py_None);
-    }
-    return Py_BuildValue("(dkd)", waited, ident, (double)(cpu_after - cpu_before) / 1e9);
+    gil_watch_release(&watch);
+    return result;
 }
 
 static PyObject *native_wait_reason(PyObject *module, PyObject *arg)
@@ -840,8 +805,8 @@ static PyMethodDef methods[] = {
      "wait_reason(tid): what thread tid is blocked in, an index of sampler._waits.REASONS."},
     {"gil_wait", native_gil_wait, METH_VARARGS,
      "gil_wait(seconds, threshold): sleeps without the GIL; returns how long taking it back "
-     "took, the ident of the thread that held it, and, past threshold, its seconds on a CPU "
-     "meanwhile."},
+     "took, the ident of the thread that held it, past threshold its seconds on a CPU "
+     "meanwhile, and how many times the GIL passed to another thread."},
     {"handlers_are_ours", native_handlers_are_ours, METH_NOARGS,
      "Whether SIGPROF, SIGSEGV and SIGBUS are still handled by the engine."},
     {"tag_tick", native_tag_tick, METH_NOARGS,

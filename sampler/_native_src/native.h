@@ -166,11 +166,6 @@ int threads_set_interval(uint64_t interval_ns);
 /* Stops (or restarts) every timer and the wall thread's signals: while a tracer such as py-spy
  * pauses threads, a signal arriving at that moment makes it lose track (benfred/py-spy#565). */
 int threads_pause_all(int paused);
-/* The thread state holding the GIL now, or NULL; read without the GIL, so a pointer to look
- * for among the live threads (holding the GIL) before anything of it is read. */
-void *gil_holder(void);
-/* Thread ``tid``'s CPU time so far; -1 where it cannot be read (the thread has ended). */
-int thread_cpu_ns(pid_t tid, uint64_t *ns);
 /* wall mode: writes the waiting intervals kept back, so a reader sees them now. */
 void threads_flush_repeats(void);
 void threads_clear(void);
@@ -179,6 +174,34 @@ uint64_t threads_timer_failures(void);
 int wall_start(void);
 void wall_stop(void);
 unsigned long wall_ident(void);
+
+/* -- the stall watcher's wait for the GIL (gil.c) -------------------------------------- */
+
+typedef struct {
+    void *state; /* compared, never followed */
+    unsigned long ident;
+    pid_t tid;
+} known_thread;
+
+typedef struct {
+    void *self; /* the watcher's own state */
+    known_thread *threads;
+    Py_ssize_t count, capacity;
+    known_thread *holder; /* holding the GIL as the watcher asked for it back, or NULL */
+    unsigned long switches;
+    long handoffs; /* times the GIL passed to another thread before the watcher had it */
+    int cpu_known;
+    uint64_t cpu_before, cpu_ns; /* the holder's CPU clock then, and its time on a CPU since */
+} gil_watch;
+
+/* Records every live thread but the caller (holding the GIL, before it lets it go). */
+void gil_watch_begin(gil_watch *watch);
+/* Reads who holds the GIL and its CPU clock (without the GIL, as the caller asks for it). */
+void gil_watch_woke(gil_watch *watch);
+/* Counts the handoffs, confirms the holder and, if ``long_enough``, reads its CPU again
+ * (holding the GIL again). */
+void gil_watch_end(gil_watch *watch, int long_enough);
+void gil_watch_release(gil_watch *watch);
 
 /* -- what a waiting thread waits on (waits.c) ------------------------------------------- */
 

@@ -688,22 +688,3 @@ void threads_after_fork(void)
     atomic_store(&wall_thread_ident, 0);
     wall_tstate = NULL;
 }
-
-void *gil_holder(void)
-{
-    struct _gil_runtime_state *gil = &_PyRuntime.ceval.gil;
-    if (!_Py_atomic_load_relaxed(&gil->locked)) {
-        return NULL;
-    }
-    return (void *)_Py_atomic_load_relaxed(&gil->last_holder);
-}
-
-int thread_cpu_ns(pid_t tid, uint64_t *ns)
-{
-    struct timespec now;
-    if (clock_gettime(thread_cpu_clock(tid), &now) != 0) {
-        return -1;
-    }
-    *ns = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
-    return 0;
-}

@@ -138,6 +138,39 @@ def test_the_gil_held_by_a_thread_using_no_cpu_is_a_stall_of_that_thread():
     assert 0.1 <= stall["duration"] <= 0.25
 
 
+@pytest.mark.skipif(NATIVE_UNAVAILABLE is not None, reason="the native engine counts handoffs")
+def test_threads_taking_turns_with_the_gil_are_contention_not_a_thread_that_did_not_run():
+    # Eight threads running Python pass the GIL around every 5 ms: the watcher can wait past
+    # the threshold while each holder ran only its turn. That is contention (each stall's
+    # first holder used a fraction of the wait, which once read as "not running").
+    stop = threading.Event()
+
+    def spin_until_stopped():
+        while not stop.is_set():
+            pass
+
+    s = sampler.start(port="none")
+    s.stalls.threshold = 0.03
+    spinners = [threading.Thread(target=spin_until_stopped) for _ in range(8)]
+    try:
+        for thread in spinners:
+            thread.start()
+        deadline = time.monotonic() + 10
+        while not stalls_of(s, "gil") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        for thread in spinners:
+            thread.join()
+        stalls = stalls_of(s, "gil")
+        sampler.stop()
+    assert stalls
+    for stall in stalls:
+        assert stall["what"] == "the GIL held" or stall["what"].startswith("the GIL contended")
+    assert any(stall["what"].startswith("the GIL contended") for stall in stalls)
+
+
 def slow_app(environ, start_response):
     if environ["PATH_INFO"] == "/slow":
         time.sleep(0.15)  # the planted slow path
