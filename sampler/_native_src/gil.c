@@ -1,10 +1,9 @@
 /* The stall watcher's question (sampler/_stalls.py): while it waited for the GIL, who held
  * it, did that thread run, and did the GIL change hands meanwhile.
  *
- * Thread states are read only under the runtime's head lock and holding the GIL (states come
- * and go with or without the GIL: PyGILState_Ensure makes one before taking it). The GIL's
- * own fields are read without either: its holder's address is compared with the states
- * recorded before the sleep, never followed, and checked again once the GIL is back.
+ * Thread states are listed by known_threads, under the runtime's head lock. The GIL's own
+ * fields are read without any lock: its holder's address is compared with the states listed
+ * before the sleep, never followed, and checked again once the GIL is back.
  */
 #include "native.h"
 
@@ -28,53 +27,19 @@ static unsigned long switches(void)
 
 static int cpu_ns(pid_t tid, uint64_t *ns)
 {
-    /* The kernel's encoding of a thread's CPU clock (CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED). */
     struct timespec now;
-    if (tid <= 0 || clock_gettime((clockid_t)((~(unsigned int)tid << 3) | 6u), &now) != 0) {
+    if (tid <= 0 || clock_gettime(thread_cpu_clock(tid), &now) != 0) {
         return -1;
     }
     *ns = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
     return 0;
 }
 
-/* Calls ``visit`` on every thread state of every interpreter, under the head lock. */
-static void each_state(void (*visit)(PyThreadState *, void *), void *context)
-{
-    PyThread_acquire_lock(_PyRuntime.interpreters.mutex, WAIT_LOCK);
-    for (PyInterpreterState *interp = PyInterpreterState_Head(); interp != NULL;
-         interp = PyInterpreterState_Next(interp)) {
-        for (PyThreadState *state = PyInterpreterState_ThreadHead(interp); state != NULL;
-             state = PyThreadState_Next(state)) {
-            visit(state, context);
-        }
-    }
-    PyThread_release_lock(_PyRuntime.interpreters.mutex);
-}
-
-static void record(PyThreadState *state, void *context)
-{
-    gil_watch *watch = context;
-    if (state == watch->self) {
-        return; /* the watcher's own state: between locked and last_holder, it is "the holder" */
-    }
-    if (watch->count == watch->capacity) {
-        Py_ssize_t capacity = watch->capacity ? 2 * watch->capacity : 64;
-        known_thread *grown = realloc(watch->threads, (size_t)capacity * sizeof(known_thread));
-        if (grown == NULL) {
-            return;
-        }
-        watch->threads = grown;
-        watch->capacity = capacity;
-    }
-    watch->threads[watch->count++] =
-        (known_thread){state, state->thread_id, (pid_t)state->native_thread_id};
-}
-
 void gil_watch_begin(gil_watch *watch)
 {
     memset(watch, 0, sizeof(*watch));
     watch->self = PyThreadState_Get();
-    each_state(record, watch); /* out of memory: fewer threads known, none named */
+    watch->threads = known_threads(&watch->count, 1); /* out of memory: none is named */
 }
 
 void gil_watch_woke(gil_watch *watch)
@@ -85,7 +50,8 @@ void gil_watch_woke(gil_watch *watch)
     }
     void *holder = (void *)_Py_atomic_load_relaxed(&state->last_holder);
     watch->switches = switches();
-    for (Py_ssize_t i = 0; holder != NULL && i < watch->count; i++) {
+    /* Never the watcher's own state: between locked and last_holder, it is "the holder". */
+    for (Py_ssize_t i = 0; holder != NULL && holder != watch->self && i < watch->count; i++) {
         if (watch->threads[i].state == holder) {
             watch->holder = &watch->threads[i];
             watch->cpu_known = cpu_ns(watch->holder->tid, &watch->cpu_before) == 0;
@@ -94,16 +60,21 @@ void gil_watch_woke(gil_watch *watch)
     }
 }
 
-static void confirm(PyThreadState *state, void *context)
+/* Forgets the holder if its address now holds another thread's state (the holder ended and
+ * a new thread took its memory, or a new one still carries its parent's ids). */
+static void confirm(gil_watch *watch)
 {
-    gil_watch *watch = context;
+    Py_ssize_t count;
+    known_thread *now = known_threads(&count, 1);
     known_thread *holder = watch->holder;
-    if (holder != NULL && (void *)state == holder->state &&
-        (state->thread_id != holder->ident || (pid_t)state->native_thread_id != holder->tid)) {
-        /* Another thread's state at the same address (the holder ended, a new thread took
-         * its memory), or one not yet started that still carries its parent's ids. */
-        watch->holder = NULL;
+    for (Py_ssize_t i = 0; now != NULL && i < count; i++) {
+        if (now[i].state == holder->state &&
+            (now[i].ident != holder->ident || now[i].tid != holder->tid)) {
+            watch->holder = NULL;
+            break;
+        }
     }
+    free(now);
 }
 
 void gil_watch_end(gil_watch *watch, int long_enough)
@@ -112,7 +83,7 @@ void gil_watch_end(gil_watch *watch, int long_enough)
         /* The watcher's own take is one switch; any more, and others held it meanwhile. */
         unsigned long taken = switches() - watch->switches;
         watch->handoffs = taken > 1 ? (long)(taken - 1) : 0;
-        each_state(confirm, watch);
+        confirm(watch);
     }
     uint64_t after;
     watch->cpu_known = watch->holder != NULL && watch->cpu_known && long_enough &&

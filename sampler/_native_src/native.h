@@ -162,6 +162,18 @@ int threads_pause(unsigned long ident, int paused);
 /* Keeps one slot per live Python thread of the main interpreter, except ``excluded``; returns
  * the set of their idents (a new reference), or NULL with an exception set. */
 PyObject *threads_sync(PyObject *excluded);
+/* A thread as the interpreter lists it: its state (an address to compare), ident and kernel id. */
+typedef struct {
+    void *state;
+    unsigned long ident;
+    pid_t tid;
+} known_thread;
+
+/* Every thread of the main interpreter (or of every one), read under the runtime's head lock
+ * (the list changes as threads start and end, with or without the GIL); malloc'd, or NULL. */
+known_thread *known_threads(Py_ssize_t *count, int every_interpreter);
+/* The kernel's id of thread ``tid``'s CPU clock. */
+clockid_t thread_cpu_clock(pid_t tid);
 int threads_set_interval(uint64_t interval_ns);
 /* Stops (or restarts) every timer and the wall thread's signals: while a tracer such as py-spy
  * pauses threads, a signal arriving at that moment makes it lose track (benfred/py-spy#565). */
@@ -178,15 +190,9 @@ unsigned long wall_ident(void);
 /* -- the stall watcher's wait for the GIL (gil.c) -------------------------------------- */
 
 typedef struct {
-    void *state; /* compared, never followed */
-    unsigned long ident;
-    pid_t tid;
-} known_thread;
-
-typedef struct {
     void *self; /* the watcher's own state */
     known_thread *threads;
-    Py_ssize_t count, capacity;
+    Py_ssize_t count;
     known_thread *holder; /* holding the GIL as the watcher asked for it back, or NULL */
     unsigned long switches;
     long handoffs; /* times the GIL passed to another thread before the watcher had it */
@@ -194,7 +200,7 @@ typedef struct {
     uint64_t cpu_before, cpu_ns; /* the holder's CPU clock then, and its time on a CPU since */
 } gil_watch;
 
-/* Records every live thread but the caller (holding the GIL, before it lets it go). */
+/* Lists every live thread (holding the GIL, before it lets it go). */
 void gil_watch_begin(gil_watch *watch);
 /* Reads who holds the GIL and its CPU clock (without the GIL, as the caller asks for it). */
 void gil_watch_woke(gil_watch *watch);

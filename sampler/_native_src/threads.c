@@ -64,7 +64,7 @@ static int all_paused; /* a tracer is attached: no signals at all (see threads_p
 
 #define REPEAT_FLUSH 16 /* intervals of waiting kept back before they are written */
 
-static clockid_t thread_cpu_clock(pid_t tid)
+clockid_t thread_cpu_clock(pid_t tid)
 {
     /* The kernel's encoding of a thread's CPU clock (CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED), as
      * glibc's pthread_getcpuclockid builds it, from the kernel thread id. */
@@ -282,44 +282,39 @@ int threads_pause(unsigned long ident, int paused)
     return result;
 }
 
-typedef struct {
-    unsigned long ident;
-    pid_t tid;
-} thread_id_pair;
-
-/* The ids of every thread of the main interpreter, read under the runtime's head lock (the
- * list changes as threads start and end, with or without the GIL). */
-static thread_id_pair *live_threads(Py_ssize_t *count)
+known_thread *known_threads(Py_ssize_t *count, int every_interpreter)
 {
     Py_ssize_t capacity = 64, n = 0;
-    thread_id_pair *pairs = malloc((size_t)capacity * sizeof(thread_id_pair));
-    if (pairs == NULL) {
+    known_thread *known = malloc((size_t)capacity * sizeof(known_thread));
+    if (known == NULL) {
         return NULL;
     }
-    PyInterpreterState *interp = PyInterpreterState_Main();
+    PyInterpreterState *main = PyInterpreterState_Main();
     PyThread_acquire_lock(_PyRuntime.interpreters.mutex, WAIT_LOCK);
-    for (PyThreadState *t = PyInterpreterState_ThreadHead(interp); t; t = PyThreadState_Next(t)) {
-        if (n == capacity) {
-            thread_id_pair *grown = realloc(pairs, (size_t)(2 * capacity) * sizeof(*pairs));
-            if (grown == NULL) {
-                break;
+    for (PyInterpreterState *interp = every_interpreter ? PyInterpreterState_Head() : main;
+         interp != NULL; interp = every_interpreter ? PyInterpreterState_Next(interp) : NULL) {
+        for (PyThreadState *t = PyInterpreterState_ThreadHead(interp); t;
+             t = PyThreadState_Next(t)) {
+            if (n == capacity) {
+                known_thread *grown = realloc(known, (size_t)(2 * capacity) * sizeof(*known));
+                if (grown == NULL) {
+                    break;
+                }
+                known = grown;
+                capacity *= 2;
             }
-            pairs = grown;
-            capacity *= 2;
+            known[n++] = (known_thread){t, t->thread_id, (pid_t)t->native_thread_id};
         }
-        pairs[n].ident = t->thread_id;
-        pairs[n].tid = (pid_t)t->native_thread_id;
-        n++;
     }
     PyThread_release_lock(_PyRuntime.interpreters.mutex);
     *count = n;
-    return pairs;
+    return known;
 }
 
 PyObject *threads_sync(PyObject *excluded)
 {
     Py_ssize_t count;
-    thread_id_pair *pairs = live_threads(&count);
+    known_thread *pairs = known_threads(&count, 0);
     if (pairs == NULL) {
         return PyErr_NoMemory();
     }
