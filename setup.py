@@ -46,6 +46,7 @@ def native_extensions() -> list[Extension]:
         "count",
         "waits",
         "gil",
+        "tags",
     ]
     return [
         Extension(

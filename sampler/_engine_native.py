@@ -123,7 +123,6 @@ class NativeEngine:
         self._previous_hook: Any = None
         self._hooked = False
         self._handler_ns = 0
-        self._drained_tag_time = 0
         self._target = DrainTarget(sampler.table)
         self._gone: set[int] = set()
         # Source file -> module name, for code whose function was freed before the drain.
@@ -154,7 +153,7 @@ class NativeEngine:
         except (RuntimeError, OSError) as exc:
             raise NativeEngineError(str(exc)) from None
         try:
-            _labels.keep_spans(self._native.tag_tick)
+            _labels.use_native(self._native)
             self._hook_new_threads()
             sampler._excluded.on_change = self._on_excluded
             self._thread = threading.Thread(target=self._run, name="fleetflame-drain", daemon=True)
@@ -182,13 +181,13 @@ class NativeEngine:
         self._thread = None
         with self._sampler._lock:
             self.drain()
-        _labels.keep_spans(None)
+        _labels.use_native(None)
         self._native.release()
 
     def after_fork_in_child(self) -> None:
         """Forgets the parent's threads, timers and records (a new engine starts after)."""
         self._unhook_new_threads()
-        _labels.keep_spans(None)
+        _labels.use_native(None)
         self._native.after_fork_child()
 
     def catch_up(self) -> None:
@@ -198,19 +197,13 @@ class NativeEngine:
 
     def drain(self) -> int:
         """Moves the ring's records into the counts; returns how many (holding the lock)."""
-        # Samples taken before this tag time are in the ring now, or committing (microseconds):
-        # the spans they need are kept one drain longer.
-        tag_time = self._native.tag_time()
         table, target = self._sampler.table, self._target
         table.generation += 1
         target.generation = table.generation
-        records, added, dropped = self._native.drain(self._resolve, _labels.tag_spans, target)
+        records, added, dropped = self._native.drain(self._resolve, target)
         table.total += added
         self._sampler.ticks += records
         self._sampler.dropped += dropped
-        if _labels.tag_spans:
-            _labels.prune_spans(self._drained_tag_time)
-        self._drained_tag_time = tag_time
         return int(records)
 
     def _resolve(self, code: CodeType, function: Any, line: int) -> int:
@@ -355,6 +348,8 @@ class NativeEngine:
                 "samples_without_python": stats["no_python"],
                 "timer_failures": stats["timer_failures"],
                 "code_objects_named": stats["names_cached"],
+                "tags_open": stats["tags_open"],
+                "tags_lost": stats["tags_lost"],
                 "handler_seconds": round(stats["handler_ns"] / 1e9, 6),
             },
         }

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextvars
 import sys
 import threading
-from collections import deque
 from collections.abc import Callable
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
@@ -30,14 +29,10 @@ _sets: list[tuple[tuple[str, str], ...]] = [()]
 _ids: dict[tuple[tuple[str, str], ...], int] = {(): 0}
 # id(frame) -> label set id, for every frame inside a tag; read by the sampler's stack walk.
 frame_tags: dict[int, int] = {}
-# The native engine drains samples after they were taken, when a tag may have closed (and its
-# frame's id been reused): while it runs, each tag also keeps spans of its clock (ticked at
-# every tag opened or closed, read with every sample), id(frame) -> [[opened, closed, label
-# set id], ...]. Closed spans go once no sample can still need them (prune_spans).
-tag_spans: dict[int, list[list[int]]] = {}
-OPEN = 2**63
-_closed: deque[tuple[int, list[int]]] = deque()
-_clock: Callable[[], int] | None = None
+# The native engine's tag_set while it runs: it keeps its own table of the open tags, read by
+# its signal handler, so a sample carries the labels in force when it was taken.
+_native_set: Callable[[int, int], object] | None = None
+_native: Any = None
 # (labels in force, a tag's own labels) -> (the merged labels, their set id): a tag opened again
 # under the same labels (a request's) merges and interns nothing.
 _merged: dict[tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]], tuple[Any, int]] = {}
@@ -76,50 +71,19 @@ def _intern(items: tuple[tuple[str, str], ...]) -> int:
         return _ids[items]
 
 
-def keep_spans(clock: Callable[[], int] | None) -> None:
-    """Starts keeping spans on ``clock`` (the native engine's tag clock), or stops with None."""
-    global _clock
-    tag_spans.clear()
-    _closed.clear()
-    _clock = clock
-    if clock is not None:
-        now = clock()
-        for frame_key, set_id in list(frame_tags.items()):
-            tag_spans[frame_key] = [[now, OPEN, set_id]]
-
-
-def prune_spans(before: int) -> None:
-    """Forgets the spans closed before tag time ``before``."""
-    # A frame's spans follow one another in time (one tag at a time is innermost in a frame,
-    # and a frame's id is reused only once it is gone), so the closed ones are a prefix of its
-    # list: cut at once, not one by one (a request's frame is reused request after request).
-    keys = set()
-    while _closed and _closed[0][1][1] <= before:
-        keys.add(_closed.popleft()[0])
-    for frame_key in keys:
-        spans = tag_spans.get(frame_key)
-        if spans is None:
-            continue
-        cut = 0
-        while cut < len(spans) and spans[cut][1] <= before:
-            cut += 1
-        del spans[:cut]
-        if not spans:
-            tag_spans.pop(frame_key, None)
-
-
-def _retag(frame_key: int, set_id: int | None) -> None:
-    # The frame's tag changes to set_id (None: untagged) at the clock's next tick.
-    assert _clock is not None
-    now = _clock()
-    spans = tag_spans.get(frame_key)
-    if spans and spans[-1][1] == OPEN:
-        spans[-1][1] = now
-        _closed.append((frame_key, spans[-1]))
-    if set_id is not None:
-        if spans is None:
-            spans = tag_spans.setdefault(frame_key, [])
-        spans.append([now, OPEN, set_id])
+def use_native(native: Any) -> None:
+    """Keeps the native engine's table of open tags (given its module) from the tags open now
+    on; None stops."""
+    global _native_set, _native
+    if native is None:
+        _native_set = None
+        if _native is not None:
+            _native.tags_clear()
+        _native = None
+        return
+    # Set before the copy: a tag opened meanwhile is either copied or set by its own call.
+    _native, _native_set = native, native.tag_set
+    native.tags_load(frame_tags)
 
 
 def _clean(labels: dict[str, Any]) -> dict[str, str]:
@@ -149,41 +113,66 @@ def _merge(outer: tuple[tuple[str, str], ...], own: dict[str, str]) -> tuple[Any
     return found
 
 
-class _Tag:
-    """Labels recorded against one frame while a with block or a tagged call runs in it.
+class _FrameTag:
+    """Labels recorded against one frame, from when the tag opens until it closes."""
 
-    Opened and closed once a request (by the middleware): kept to a few calls."""
-
-    __slots__ = ("_labels", "_frame_key", "_previous", "_token", "_outer", "_open")
+    __slots__ = ("_frame_key", "_outer", "_previous", "_open", "_token")
     _token: contextvars.Token[Any] | None
 
-    def __init__(self, labels: dict[str, Any]) -> None:
-        self._labels = _clean(labels)
-
-    def enter(self, frame: Any) -> None:
+    def _ready(self, frame: Any) -> None:
         self._outer = _current.get()
         self._frame_key = id(frame)
         self._open = False
-        self._token = _current.set(self._open_on_frame())
-
-    def enter_later(self, frame: Any) -> None:
-        """Readies the tag for ``frame`` without opening it: the first ``relabel`` opens it.
-        A request's tag costs nothing before its route is known."""
-        self._outer = _current.get()
-        self._frame_key = id(frame)
         self._token = None
-        self._open = False
 
-    def _open_on_frame(self) -> tuple[tuple[str, str], ...]:
-        # The frame's labels from now on; returns the labels in force.
-        items, set_id = _merge(self._outer, self._labels)
+    def _open_as(self, set_id: int) -> None:
+        # The frame's samples carry label set ``set_id`` from now on.
         frame_key = self._frame_key
         if not self._open:
             self._previous = frame_tags.get(frame_key)
             self._open = True
         frame_tags[frame_key] = set_id
-        if _clock is not None:
-            _retag(frame_key, set_id)
+        if _native_set is not None:
+            _native_set(frame_key, set_id)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if not self._open:
+            return
+        frame_key, previous = self._frame_key, self._previous
+        if previous is None:
+            frame_tags.pop(frame_key, None)
+        else:
+            frame_tags[frame_key] = previous
+        if _native_set is not None:
+            _native_set(frame_key, -1 if previous is None else previous)
+        if self._token is not None:
+            _current.reset(self._token)  # the value before enter
+        else:
+            # Opened later, perhaps in a framework hook's context rather than this one (a
+            # token only resets in its own): back to the labels in force before.
+            _current.set(self._outer)
+
+
+class _Tag(_FrameTag):
+    """Labels recorded against one frame while a with block or a tagged call runs in it."""
+
+    __slots__ = ("_labels",)
+
+    def __init__(self, labels: dict[str, Any]) -> None:
+        self._labels = _clean(labels)
+
+    def enter(self, frame: Any) -> None:
+        self._ready(frame)
+        self._token = _current.set(self._open_on_frame())
+
+    def enter_later(self, frame: Any) -> None:
+        """Readies the tag for ``frame`` without opening it: the first ``relabel`` opens it."""
+        self._ready(frame)
+
+    def _open_on_frame(self) -> tuple[tuple[str, str], ...]:
+        # The frame's labels from now on; returns the labels in force.
+        items, set_id = _merge(self._outer, self._labels)
+        self._open_as(set_id)
         return items  # type: ignore[no-any-return]
 
     def relabel(self, **labels: Any) -> int:
@@ -199,22 +188,42 @@ class _Tag:
     def __enter__(self) -> None:
         self.enter(sys._getframe(1))
 
-    def __exit__(self, *exc_info: object) -> None:
-        if not self._open:
-            return
-        frame_key, previous = self._frame_key, self._previous
-        if previous is None:
-            frame_tags.pop(frame_key, None)
-        else:
-            frame_tags[frame_key] = previous
-        if _clock is not None:
-            _retag(frame_key, previous)
-        if self._token is not None:
-            _current.reset(self._token)  # the value before enter
-        else:
-            # Opened by relabel, perhaps in a framework hook's context rather than this one
-            # (a token only resets in its own): back to the labels in force before.
-            _current.set(self._outer)
+
+class RouteTag(_FrameTag):
+    """A request's tag, opened and closed by the middleware once a request: one label,
+    ``route``, on the request's frame from when the route is known; kept to a few
+    dictionary operations."""
+
+    __slots__ = ()
+
+    def __init__(self, frame: Any) -> None:
+        self._outer = _current.get()
+        self._frame_key = id(frame)
+        self._open = False
+        self._token = None
+
+    def route(self, route: str) -> int:
+        """Labels the frame's samples ``route=route`` from now on; returns the label set id."""
+        found = _routes.get((self._outer, route))
+        if found is None:
+            found = _route_set(self._outer, route)
+        self._open_as(found[1])
+        _current.set(found[0])  # undone by close
+        return found[1]
+
+    close = _FrameTag.__exit__
+
+
+# (labels in force, route) -> the merged labels and their set id, for RouteTag.
+_routes: dict[tuple[tuple[tuple[str, str], ...], str], tuple[Any, int]] = {}
+
+
+def _route_set(outer: tuple[tuple[str, str], ...], route: str) -> tuple[Any, int]:
+    found = _merge(outer, _clean({"route": route}))
+    if len(_routes) >= MAX_LABEL_SETS:
+        _routes.clear()
+    _routes[(outer, route)] = found
+    return found
 
 
 def tag(**labels: Any) -> _Tag:

@@ -2,8 +2,7 @@
  *
  * The drain runs under the GIL. It turns each record into a stack of frame name ids (leaf
  * first, as the pure-Python engine builds them), asking the sampler's resolve() for the name
- * of a code object it has not seen, and finds the sample's label set from the frame objects
- * sampler.tag() recorded.
+ * of a code object it has not seen; the walk found the sample's label set (tags.c).
  */
 #include "native.h"
 
@@ -343,18 +342,48 @@ static PyObject *native_handlers_are_ours(PyObject *module, PyObject *unused)
     return PyBool_FromLong(handler_is_ours() && guard_is_ours());
 }
 
-static PyObject *native_tag_tick(PyObject *module, PyObject *unused)
+static PyObject *native_tag_set(PyObject *module, PyObject *const *args, Py_ssize_t count)
 {
     (void)module;
-    (void)unused;
-    return PyLong_FromUnsignedLongLong(atomic_fetch_add(&tag_clock, 1) + 1);
+    if (count != 2) {
+        PyErr_SetString(PyExc_TypeError, "tag_set(frame_id, label_set) takes 2 arguments");
+        return NULL;
+    }
+    void *frame = PyLong_AsVoidPtr(args[0]);
+    long set = PyLong_AsLong(args[1]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    return PyBool_FromLong(tags_set(frame, set) == 0);
 }
 
-static PyObject *native_tag_time(PyObject *module, PyObject *unused)
+static PyObject *native_tags_load(PyObject *module, PyObject *tags)
+{
+    (void)module;
+    if (!PyDict_Check(tags)) {
+        PyErr_SetString(PyExc_TypeError, "tags_load takes a dict");
+        return NULL;
+    }
+    tags_clear();
+    Py_ssize_t at = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(tags, &at, &key, &value)) {
+        void *frame = PyLong_AsVoidPtr(key);
+        long set = PyLong_AsLong(value);
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        tags_set(frame, set);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *native_tags_clear(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    return PyLong_FromUnsignedLongLong(atomic_load(&tag_clock));
+    tags_clear();
+    Py_RETURN_NONE;
 }
 
 static PyObject *native_stats(PyObject *module, PyObject *unused)
@@ -362,7 +391,7 @@ static PyObject *native_stats(PyObject *module, PyObject *unused)
     (void)module;
     (void)unused;
     return Py_BuildValue(
-        "{sKsKsKsKsKsKsKsKsnsKsn}", "samples", (unsigned long long)atomic_load(&stats.samples),
+        "{sKsKsKsKsKsKsKsKsnsKsnsKsK}", "samples", (unsigned long long)atomic_load(&stats.samples),
         "torn", (unsigned long long)atomic_load(&stats.torn),
         "weight", (unsigned long long)atomic_load(&stats.weight), "dropped",
         (unsigned long long)atomic_load(&stats.dropped), "faults",
@@ -371,14 +400,14 @@ static PyObject *native_stats(PyObject *module, PyObject *unused)
         (unsigned long long)atomic_load(&stats.handler_ns), "signals",
         (unsigned long long)atomic_load(&stats.signals), "threads", threads_count(),
         "timer_failures", (unsigned long long)threads_timer_failures(), "names_cached",
-        codemap_size());
+        codemap_size(), "tags_open", (unsigned long long)tags_open(), "tags_lost",
+        (unsigned long long)tags_lost());
 }
 
 /* -- the drain ------------------------------------------------------------------------------- */
 
 typedef struct {
     PyObject *resolve;    /* resolve(code, function or None, line or -1) -> frame name id */
-    PyObject *tag_spans;  /* id(frame object) -> [[opened, closed, label set id], ...] */
     count_sink sink;      /* the table counted into */
     PyObject *thread_root; /* thread_root(ident) -> a [thread:NAME] name id, or None */
     /* thread ident -> the key of its last sample, of its entry stack, of its last waiting one */
@@ -441,46 +470,10 @@ static PyObject *frame_name(drain_state *state, record_head *record, record_fram
     return entry != NULL ? entry->name : NULL;
 }
 
-/* The label set of the innermost frame whose tag was open at the record's tag time. */
-static PyObject *label_of(drain_state *state, record_head *record, record_frame *frames)
+/* The label set of the record's innermost tagged frame when it was taken (0: none). */
+static PyObject *label_of(record_head *record)
 {
-    if (PyDict_GET_SIZE(state->tag_spans) > 0) {
-        for (uint32_t i = 0; i < record->depth; i++) {
-            if (frames[i].frame_obj == NULL) {
-                continue;
-            }
-            PyObject *key = PyLong_FromVoidPtr(frames[i].frame_obj);
-            if (key == NULL) {
-                return NULL;
-            }
-            PyObject *spans = PyDict_GetItemWithError(state->tag_spans, key);
-            Py_DECREF(key);
-            if (spans == NULL) {
-                if (PyErr_Occurred()) {
-                    return NULL;
-                }
-                continue;
-            }
-            /* [[opened, closed, label set id], ...], in time order: newest first, as the
-             * record is recent and a request's frame gathers a span per request. */
-            Py_ssize_t count = PyList_Check(spans) ? PyList_GET_SIZE(spans) : 0;
-            for (Py_ssize_t j = count - 1; j >= 0; j--) {
-                PyObject *span = PyList_GET_ITEM(spans, j);
-                if (!PyList_Check(span) || PyList_GET_SIZE(span) != 3) {
-                    continue;
-                }
-                unsigned long long opened = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(span, 0));
-                unsigned long long closed = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(span, 1));
-                if (PyErr_Occurred()) {
-                    return NULL;
-                }
-                if (opened <= record->tag_time && record->tag_time < closed) {
-                    return Py_NewRef(PyList_GET_ITEM(span, 2));
-                }
-            }
-        }
-    }
-    return PyLong_FromLong(0);
+    return PyLong_FromUnsignedLong(record->label > 0 ? record->label - 1 : 0);
 }
 
 /* The frame naming a wait reason, or None. */
@@ -668,7 +661,7 @@ static int visit(record_head *record, void *arg)
     } else {
         record_frame *frames = (record_frame *)(record + 1);
         PyObject *stack = stack_of(state, record, frames);
-        PyObject *label = stack == NULL ? NULL : label_of(state, record, frames);
+        PyObject *label = stack == NULL ? NULL : label_of(record);
         if (label != NULL && state->thread_root != Py_None) {
             PyObject *root = PyObject_CallOneArg(state->thread_root, ident);
             PyObject *rooted = root == NULL ? NULL : PyTuple_New(PyTuple_GET_SIZE(stack) + 1);
@@ -750,7 +743,7 @@ static PyObject *native_drain(PyObject *module, PyObject *args)
     drain_state state;
     memset(&state, 0, sizeof(state));
     PyObject *target;
-    if (!PyArg_ParseTuple(args, "OO!O", &state.resolve, &PyDict_Type, &state.tag_spans, &target)) {
+    if (!PyArg_ParseTuple(args, "OO", &state.resolve, &target)) {
         return NULL;
     }
     if (ring.data == NULL || truncated_id == NULL) {
@@ -795,7 +788,7 @@ static PyMethodDef methods[] = {
     {"pause_all", native_pause_all, METH_O,
      "pause_all(paused): stops or restarts sampling every thread (while a tracer is attached)."},
     {"drain", native_drain, METH_VARARGS,
-     "drain(resolve, tag_spans, target) -> (records, samples added, samples dropped)"},
+     "drain(resolve, target) -> (records, samples added, samples dropped)"},
     {"tracer_pid", native_tracer_pid, METH_NOARGS,
      "The pid of the process tracing this one's main thread, or 0."},
     {"handler_ns", native_handler_ns, METH_NOARGS, "Nanoseconds spent in handlers so far."},
@@ -809,9 +802,12 @@ static PyMethodDef methods[] = {
      "meanwhile, and how many times the GIL passed to another thread."},
     {"handlers_are_ours", native_handlers_are_ours, METH_NOARGS,
      "Whether SIGPROF, SIGSEGV and SIGBUS are still handled by the engine."},
-    {"tag_tick", native_tag_tick, METH_NOARGS,
-     "Advances the tag clock (a tag opened or closed); returns its new time."},
-    {"tag_time", native_tag_time, METH_NOARGS, "The tag clock's time."},
+    {"tag_set", (PyCFunction)(void (*)(void))native_tag_set, METH_FASTCALL,
+     "tag_set(frame_id, label_set): samples in that frame object carry the set from now on "
+     "(-1: no tag); False when it could not be kept (counted as tags_lost)."},
+    {"tags_load", native_tags_load, METH_O,
+     "tags_load({frame_id: label_set}): the open tags are these, and no others."},
+    {"tags_clear", native_tags_clear, METH_NOARGS, "Forgets every open tag."},
     {"stats", native_stats, METH_NOARGS, "The engine's counters."},
     {NULL, NULL, 0, NULL},
 };

@@ -43,14 +43,13 @@ typedef struct {
     uint64_t code_seq;      /* the dealloc watch's counts when the walk began */
     uint64_t function_seq;
     uint64_t ident;         /* the sampled thread's pthread_t */
-    uint64_t tag_time;      /* the tag clock when it was taken (see tag_clock) */
+    uint64_t label;         /* the label set of its innermost tagged frame, plus 1; 0: none */
     uint64_t time_ns;       /* CLOCK_MONOTONIC when it was taken */
 } record_head;
 
 typedef struct {
     void *code;      /* PyCodeObject * */
     void *func;      /* PyFunctionObject *: its globals name the module */
-    void *frame_obj; /* PyFrameObject *, or NULL: sampler.tag() labels frame objects */
     int64_t lasti;   /* code units into the bytecode, for line numbers */
 } record_frame;
 
@@ -120,9 +119,6 @@ extern PyObject *hidden_codes[MAX_HIDDEN_CODES]; /* code objects whose frames wa
 extern _Atomic int hidden_count;
 extern int engine_wall;
 extern uint32_t engine_max_depth;
-/* Ticks whenever sampler.tag() opens or closes a tag: a record drained later is labelled with
- * the tags that were open when it was taken. */
-extern _Atomic uint64_t tag_clock;
 
 /* The wall thread's signal carries, in si_value: this magic, the weight in intervals, what
  * the thread was blocked in when it was signalled (wait_reason, read only for a thread that
@@ -146,6 +142,18 @@ int record_repeat(uint64_t weight, uint64_t ident);
 /* A thread ended with ``weight`` intervals of CPU not yet counted. */
 int record_exit(uint64_t weight, uint64_t ident);
 uint64_t monotonic_ns(void);
+
+/* -- open tags (tags.c) ---------------------------------------------------------------------- */
+
+/* Under the GIL: frame object ``frame`` carries label set ``set`` from now on (< 0: none);
+ * -1 when it cannot be kept (counted by tags_lost). */
+int tags_set(const void *frame, long set);
+/* In a walk (any thread, any time): the set of ``frame`` plus 1, or 0 if it has no tag. */
+uint32_t tags_find(const void *frame);
+/* Under the GIL: forgets every tag. */
+void tags_clear(void);
+uint64_t tags_open(void);
+uint64_t tags_lost(void);
 
 /* -- threads: timers and the wall thread (threads.c) ------------------------------------- */
 

@@ -28,7 +28,6 @@ _Atomic int engine_active;
 _Atomic int handlers_running;
 int engine_wall;
 uint32_t engine_max_depth = 128;
-_Atomic uint64_t tag_clock;
 
 static PyInterpreterState *main_interpreter;
 
@@ -155,7 +154,6 @@ int record_stack(PyThreadState *tstate, uint64_t weight, uint32_t flags, uint64_
     record_head *volatile record = NULL;
     uint64_t code_seq = freed_code_count(); /* before any pointer is read */
     uint64_t function_seq = freed_function_count();
-    uint64_t tag_time = atomic_load_explicit(&tag_clock, memory_order_acquire);
     if (sigsetjmp(jump, 0) != 0) {
         guard_jump = outer;
         guard_recovered();
@@ -198,12 +196,14 @@ int record_stack(PyThreadState *tstate, uint64_t weight, uint32_t flags, uint64_
         return -1;
     }
     record_frame *out = (record_frame *)(record + 1);
-    uint32_t written = 0;
+    uint32_t written = 0, label = 0;
     walker_start(&w, tstate);
     for (_PyInterpreterFrame *frame; written < depth && (frame = walker_next(&w, &torn, 0));) {
         out[written].code = frame->f_code;
         out[written].func = frame->f_func;
-        out[written].frame_obj = frame->frame_obj;
+        if (label == 0 && frame->frame_obj != NULL) {
+            label = tags_find(frame->frame_obj); /* the innermost tag */
+        }
         out[written].lasti = frame->prev_instr - _PyCode_CODE(frame->f_code);
         written++;
     }
@@ -216,7 +216,7 @@ int record_stack(PyThreadState *tstate, uint64_t weight, uint32_t flags, uint64_
     record->code_seq = code_seq;
     record->function_seq = function_seq;
     record->ident = ident;
-    record->tag_time = tag_time;
+    record->label = label;
     record->time_ns = monotonic_ns();
     ring_commit(record, REC_READY);
     if (weight) {
@@ -239,6 +239,7 @@ static int record_marker(uint64_t weight, uint64_t ident, uint32_t flags)
     record->code_seq = freed_code_count();
     record->function_seq = freed_function_count();
     record->ident = ident;
+    record->label = 0;
     record->time_ns = monotonic_ns();
     ring_commit(record, REC_READY);
     COUNT(weight, weight);

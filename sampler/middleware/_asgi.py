@@ -6,7 +6,7 @@ import sys
 import threading
 import time
 
-from .._labels import _Tag
+from .._labels import RouteTag
 from .._requests import UNMATCHED, recorder
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
@@ -55,8 +55,8 @@ class ASGIMiddleware:
         tag = None
         if not self._routed:
             state[0] = recorder.route_name(scope.get("path") or "/", raw=True)
-            tag = _Tag({"route": state[0]})
-            tag.enter(sys._getframe(0))
+            tag = RouteTag(sys._getframe(0))
+            tag.route(state[0])
 
         async def send_status(message: Any) -> None:
             if message.get("type") == "http.response.start":
@@ -70,7 +70,7 @@ class ASGIMiddleware:
             raise
         finally:
             if tag is not None:
-                tag.__exit__()
+                tag.close()
             elapsed = time.monotonic() - started
             recorder.finish(
                 (
@@ -122,12 +122,12 @@ def _named(handle: Callable[..., Awaitable[None]], template: str) -> Callable[..
         state = scope.get(KEY)
         if state is not None:
             state[0] = name
-        tag = _Tag({"route": name})
-        tag.enter(sys._getframe(0))
+        tag = RouteTag(sys._getframe(0))
+        tag.route(name)
         try:
             await handle(scope, receive, send)
         finally:
-            tag.__exit__()
+            tag.close()
 
     named.fleetflame_route = template  # type: ignore[attr-defined]
     return named

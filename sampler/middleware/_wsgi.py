@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextvars
 import sys
 import threading
 import time
 
-from .._labels import _Tag
+from .._labels import RouteTag
 from .._requests import UNMATCHED, recorder
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
@@ -16,6 +17,9 @@ if TYPE_CHECKING:
 
 # Where a request's state waits in its environ for the framework's routing hook.
 KEY = "fleetflame.request"
+# Flask's request context variable (Flask 2.2+), once a Flask app is wrapped; before 2.2 one
+# that is never set.
+_flask_request_context: contextvars.ContextVar[Any] = contextvars.ContextVar("fleetflame_unset")
 
 
 class _Request:
@@ -34,7 +38,7 @@ class _Request:
         "start_response",
         "body",
     )
-    tag: _Tag
+    tag: RouteTag
     default: str  # the route until routed
 
     def __init__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> None:
@@ -51,7 +55,7 @@ class _Request:
     def routed(self, template: str) -> None:
         """Names the request after its route template, from now on (its samples too)."""
         self.route = recorder.route_name(template)
-        self.tag.relabel(route=self.route)
+        self.tag.route(self.route)
 
     def start(self, status: str, headers: Any, exc_info: Any = None) -> Any:
         """The ``start_response`` the app is given."""
@@ -102,21 +106,22 @@ class WSGIMiddleware:
             owner, "url_map"
         )
         if self._routed:
+            global _flask_request_context
+            flask_globals = sys.modules["flask"].globals
+            _flask_request_context = getattr(flask_globals, "_cv_request", _flask_request_context)
             owner.before_request(_flask_routed)
 
     def __call__(
         self, environ: dict[str, Any], start_response: Callable[..., Any]
     ) -> Iterable[bytes]:
         request = _Request(environ, start_response)
+        request.tag = tag = RouteTag(sys._getframe(0))
         if self._routed:
-            request.default = UNMATCHED
-            request.tag = tag = _Tag({})
-            tag.enter_later(sys._getframe(0))  # opened once routed
+            request.default = UNMATCHED  # the tag opens once routed
         else:
             route = recorder.route_name(environ.get("PATH_INFO") or "/", raw=True)
             request.route = request.default = route
-            request.tag = tag = _Tag({"route": route})
-            tag.enter(sys._getframe(0))
+            tag.route(route)
         environ[KEY] = request
         try:
             body = self.app(environ, request.start)
@@ -125,7 +130,7 @@ class WSGIMiddleware:
             request.finish()
             raise
         finally:
-            tag.__exit__()
+            tag.close()
         wrapper = environ.get("wsgi.file_wrapper")
         if isinstance(wrapper, type) and isinstance(body, wrapper):
             # Left as is, so the server can still send the file its own way (sendfile).
@@ -138,8 +143,7 @@ class WSGIMiddleware:
 def _flask_routed() -> None:
     # A before_request function: Flask has matched the URL rule (or failed to) by now. The
     # request context's variable directly (Flask 2.2+): its proxies cost ~2 us a look-up.
-    variable = getattr(sys.modules["flask"].globals, "_cv_request", None)
-    context = variable.get(None) if variable is not None else None
+    context = _flask_request_context.get(None)
     flask_request = context.request if context is not None else sys.modules["flask"].request
     request = flask_request.environ.get(KEY)
     if request is not None and request.route is None:

@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 
-from .._labels import _Tag
+from .._labels import RouteTag
 from .._requests import UNMATCHED, recorder
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
@@ -36,17 +36,16 @@ class Middleware:
         meta = request.META
         header = meta.get("HTTP_X_REQUEST_START") or meta.get("HTTP_X_QUEUE_START")
         wall = time.time() if header else 0.0
-        tag = _Tag({})
+        tag = RouteTag(sys._getframe(0))  # opened once Django resolved the URL
         state: list[Any] = [tag, None]
         setattr(request, _ATTRIBUTE, state)
         status = 0
-        tag.enter_later(sys._getframe(0))  # opened once Django resolved the URL
         try:
             response = self.get_response(request)
             status = getattr(response, "status_code", 0)
             return response
         finally:
-            tag.__exit__()
+            tag.close()
             recorder.finish(
                 (
                     state[1] or UNMATCHED,
@@ -67,4 +66,4 @@ class Middleware:
         route = getattr(getattr(request, "resolver_match", None), "route", None)
         if state is not None and isinstance(route, str):
             state[1] = recorder.route_name("/" + route)
-            state[0].relabel(route=state[1])
+            state[0].route(state[1])

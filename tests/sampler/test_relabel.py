@@ -1,6 +1,7 @@
 """An open tag's labels changed in place (a request's route, known once routed)."""
 
 import contextlib
+import contextvars
 import sys
 import time
 
@@ -124,17 +125,69 @@ def nothing():
     pass
 
 
-def test_a_reused_frame_keeps_few_spans_however_many_requests_it_served():
-    # A request's frame is freed and its memory reused by the next request's: every request
-    # leaves two spans on the same frame id, cut once the native engine has drained past them.
+def native_stats(s):
+    return s.engine._native.stats()
+
+
+def test_the_native_table_holds_only_the_tags_open_now():
+    # A request's frame is freed and its memory reused by the next request's: 50,000
+    # requests leave nothing behind in the table the signal handler reads.
     s = sampler.start(port="none", engine="native")
     try:
-        for _ in range(50_000):
-            routed_later("/fast", nothing, nothing)
-        for _ in range(2):  # spans go one drain after the samples that could need them
-            with s._lock:
-                s.engine.catch_up()
-        left = sum(len(spans) for spans in _labels.tag_spans.values())
+        with sampler.tag(outer="yes"):
+            for _ in range(50_000):
+                routed_later("/fast", nothing, nothing)
+            stats = native_stats(s)
+            assert (stats["tags_open"], stats["tags_lost"]) == (1, 0), stats
+        assert native_stats(s)["tags_open"] == 0
     finally:
         sampler.stop()
-    assert left == 0, left
+
+
+def test_thousands_of_tags_open_at_once_all_label_their_samples():
+    # Suspended coroutines, each inside its own tag and run in its own context as asyncio
+    # runs tasks (an asyncio server with many connections): the table grows past its first
+    # size while the handler reads it, and every tag counts.
+    def request(number):
+        with sampler.tag(conn=str(number % 7)):
+            yield
+            spin(0.0002)
+            yield
+
+    s = sampler.start(port="none", engine="native", interval=0.001)
+    try:
+        requests = [(request(n), contextvars.copy_context()) for n in range(5000)]
+        for r, context in requests:
+            context.run(next, r)
+        assert native_stats(s)["tags_open"] == 5000
+        for r, context in requests:
+            context.run(next, r)
+        stats = native_stats(s)
+        for r, context in requests:
+            context.run(r.close)  # each tag closes as its generator exits
+        assert native_stats(s)["tags_open"] == 0
+        doc = s.profile()
+    finally:
+        sampler.stop()
+    assert stats["tags_lost"] == 0, stats
+    in_requests = labelled = 0
+    for index, stack, count in doc["stacks"]:
+        if stack.endswith("<locals>.request;test_relabel:spin"):
+            in_requests += count
+            labelled += count * ("conn" in doc["label_sets"][index])
+    assert in_requests >= 500, in_requests
+    assert labelled == in_requests, (labelled, in_requests)
+
+
+def test_a_stopped_engine_leaves_no_tags_and_a_new_one_sees_the_open_ones():
+    with sampler.tag(kept="yes"):
+        s = sampler.start(port="none", engine="native")
+        try:
+            assert native_stats(s)["tags_open"] == 1  # opened before the engine started
+            before_routing()
+            doc = s.profile()
+        finally:
+            sampler.stop()
+        assert native_stats(s)["tags_open"] == 0
+    found = labels_by_leaf(doc)
+    assert set(found["before_routing"]) == {(("kept", "yes"),)}, found
