@@ -192,7 +192,10 @@ class Recorder:
                 batch.append(pending.popleft())
             if not batch:
                 return
-            wanted: list[tuple[Route, SlowRequest, Finished, bool, bool]] = []
+            # Per route, the requests that may be among its slowest: slower than the p99, or
+            # than the slowest kept before this batch; only the batch's TOP slowest of those
+            # are (a first batch after a quiet spell holds thousands).
+            found: dict[Route, list[tuple[Finished, bool, float | None]]] = {}
             routes = self.routes
             for request in batch:
                 name, _, elapsed, header, wall, _, _, status, _ = request
@@ -206,7 +209,16 @@ class Recorder:
                 if slow:
                     route.slow_count += 1
                 if slow or top:
-                    wanted.append((route, SlowRequest(0.0, elapsed, queue), request, slow, top))
+                    found.setdefault(route, []).append((request, slow, queue))
+            wanted: list[tuple[Route, SlowRequest, Finished, bool, bool]] = []
+            for route, candidates in found.items():
+                tops = {id(c[0]) for c in heapq.nlargest(TOP, candidates, key=_elapsed)}
+                for request, slow, queue in candidates:
+                    top = id(request) in tops
+                    if slow or top:
+                        wanted.append(
+                            (route, SlowRequest(0.0, request[2], queue), request, slow, top)
+                        )
             if wanted:
                 self._add_stacks(wanted)
 
@@ -319,6 +331,10 @@ def _exclude(sampler: Any, excluded: bool) -> None:
             sampler._excluded.discard(threading.get_ident())
     except OSError:  # the native engine could not pause it: its samples are counted
         pass
+
+
+def _elapsed(candidate: tuple[Finished, bool, float | None]) -> float:
+    return candidate[0][2]
 
 
 def _thread_name(ident: int) -> str:

@@ -246,3 +246,30 @@ def test_the_p99_estimate_follows_the_latest_requests():
     # The last 5,000 to 10,000 requests only: the slow period is forgotten.
     assert route.p99 == pytest.approx(0.001, rel=0.01)
     assert route.latency.count == 2 * WINDOW + 100 + 2 * WINDOW
+
+
+def test_a_batch_keeps_only_its_slowest_requests(monkeypatch):
+    # A first batch after a quiet spell: a thousand requests, none kept before. Only the five
+    # slowest become the route's slowest; stacks are looked up for them and for the slowest
+    # 1% (slower than the p99 known so far), no others.
+    from sampler._request_routes import TOP
+
+    recorder.reset()
+    looked_up = []
+    original = recorder._add_stacks
+    monkeypatch.setattr(
+        recorder, "_add_stacks", lambda wanted: (looked_up.extend(wanted), original(wanted))
+    )
+    now = time.monotonic()
+    recorder.pending.extend(
+        ("/r", now, 0.001 * ((i * 37) % 1000), None, 0.0, 1, False, 200, "/r") for i in range(1000)
+    )
+    recorder.process()
+    route = recorder.routes["/r"]
+    assert sorted(r.duration for r in route.slowest) == pytest.approx(
+        [0.995, 0.996, 0.997, 0.998, 0.999]
+    )
+    assert sum(top for *_, top in looked_up) == TOP
+    assert all(slow or top for *_, slow, top in looked_up)
+    assert len(looked_up) < 30, len(looked_up)
+    recorder.reset()
