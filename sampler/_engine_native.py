@@ -187,8 +187,8 @@ class NativeEngine:
     def after_fork_in_child(self) -> None:
         """Forgets the parent's threads, timers and records (a new engine starts after)."""
         self._unhook_new_threads()
+        self._native.after_fork_child()  # first: it frees the tag tables
         _labels.use_native(None)
-        self._native.after_fork_child()
 
     def catch_up(self) -> None:
         """Counts what was sampled so far (called holding the sampler's lock)."""

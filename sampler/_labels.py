@@ -132,8 +132,9 @@ class _FrameTag:
             self._previous = frame_tags.get(frame_key)
             self._open = True
         frame_tags[frame_key] = set_id
-        if _native_set is not None:
-            _native_set(frame_key, set_id)
+        native_set = _native_set  # once: a tracer's line event may switch threads between reads
+        if native_set is not None:
+            native_set(frame_key, set_id)
 
     def __exit__(self, *exc_info: object) -> None:
         if not self._open:
@@ -143,8 +144,9 @@ class _FrameTag:
             frame_tags.pop(frame_key, None)
         else:
             frame_tags[frame_key] = previous
-        if _native_set is not None:
-            _native_set(frame_key, -1 if previous is None else previous)
+        native_set = _native_set
+        if native_set is not None:
+            native_set(frame_key, -1 if previous is None else previous)
         if self._token is not None:
             _current.reset(self._token)  # the value before enter
         else:

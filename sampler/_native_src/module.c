@@ -146,6 +146,9 @@ static PyObject *native_after_fork_child(PyObject *module, PyObject *unused)
     (void)module;
     (void)unused;
     atomic_store(&engine_active, 0);
+    /* A handler that ran on another thread at the fork never finishes here. */
+    atomic_store(&handlers_running, 0);
+    tags_after_fork();
     threads_after_fork();
     if (ring.data != NULL) {
         ring_reset(&ring);
@@ -761,6 +764,7 @@ static PyObject *native_drain(PyObject *module, PyObject *args)
     drain_random = state.sink.random;
     freed_release();
     freed_drained(!started);
+    tags_collect();
     release_target(&state);
     if (visited < 0) {
         return NULL;

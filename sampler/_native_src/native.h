@@ -152,6 +152,10 @@ int tags_set(const void *frame, long set);
 uint32_t tags_find(const void *frame);
 /* Under the GIL: forgets every tag. */
 void tags_clear(void);
+/* Under the GIL: frees the tables replaced, once no handler can be reading them. */
+void tags_collect(void);
+/* In a forked child (no handler running): forgets every tag and frees every table. */
+void tags_after_fork(void);
 uint64_t tags_open(void);
 uint64_t tags_lost(void);
 

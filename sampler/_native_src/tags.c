@@ -12,7 +12,10 @@
 #include <stdlib.h>
 
 #define MIN_SLOTS 1024
-#define MAX_SLOTS (1u << 21) /* 16 MiB: a million tags open at once */
+#define MAX_SLOTS (1u << 21) /* 16 MiB */
+/* At most 3/8 of the slots live (786,432 tags open at once): room left for deleted slots, so
+ * a full table is not rebuilt again every few hundred tags. */
+#define MAX_LIVE (MAX_SLOTS / 8 * 3)
 #define EMPTY 0u
 #define DELETED 1u
 #define SET_BITS 16
@@ -75,7 +78,7 @@ static int rebuild(tag_table *table, uint64_t more)
     while (slots < 4 * (live + more) && slots < MAX_SLOTS) {
         slots *= 2;
     }
-    if (2 * (live + more) > slots) {
+    if (live + more > MAX_LIVE) {
         return 0;
     }
     tag_table *fresh = table_new(slots);
@@ -93,17 +96,23 @@ static int rebuild(tag_table *table, uint64_t more)
         retired = table;
     }
     atomic_store(&current, fresh); /* seq_cst, as the count read next */
-    if (atomic_load(&handlers_running) == 0) {
-        free_retired(); /* a handler starting now reads the new table */
-    }
+    tags_collect();
     return 1;
+}
+
+void tags_collect(void)
+{
+    /* Seen at zero after the tables were replaced: a handler starting now reads the new one. */
+    if (retired != NULL && atomic_load(&handlers_running) == 0) {
+        free_retired();
+    }
 }
 
 int tags_set(const void *frame, long set)
 {
     uint64_t address = (uint64_t)(uintptr_t)frame;
     if (address == 0 || address >= MAX_ADDRESS || set > (long)MAX_SET) {
-        lost++;
+        lost += set >= 0; /* counted when it opens, not again when it closes */
         return -1;
     }
     tag_table *table = atomic_load_explicit(&current, memory_order_relaxed);
@@ -157,7 +166,9 @@ int tags_set(const void *frame, long set)
 
 uint32_t tags_find(const void *frame)
 {
-    tag_table *table = atomic_load_explicit(&current, memory_order_acquire);
+    /* seq_cst, as the handler's count before it: a writer that saw the count at zero after
+     * replacing the table means this load reads the new one. */
+    tag_table *table = atomic_load(&current);
     uint64_t address = (uint64_t)(uintptr_t)frame;
     if (table == NULL) {
         return 0;
@@ -183,9 +194,15 @@ void tags_clear(void)
         table->next_retired = retired;
         retired = table;
     }
-    if (atomic_load(&handlers_running) == 0) {
-        free_retired();
-    }
+    tags_collect();
+}
+
+void tags_after_fork(void)
+{
+    /* The child's only thread runs no handler: every table can go. */
+    tag_table *table = atomic_exchange(&current, NULL);
+    free(table);
+    free_retired();
 }
 
 uint64_t tags_open(void)

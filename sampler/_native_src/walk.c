@@ -308,7 +308,7 @@ static void on_sigprof(int signum, siginfo_t *info, void *context)
     } else {
         return; /* not ours: SIGPROF had no handler before the engine's (see handler_install) */
     }
-    atomic_fetch_add_explicit(&handlers_running, 1, memory_order_acq_rel);
+    atomic_fetch_add(&handlers_running, 1); /* seq_cst: see tags_find */
     if (atomic_load_explicit(&engine_active, memory_order_acquire) && !_Py_IsFinalizing()) {
         uint64_t started = monotonic_ns();
         COUNT(signals, 1);
