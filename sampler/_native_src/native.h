@@ -148,8 +148,10 @@ uint64_t monotonic_ns(void);
 /* Under the GIL: frame object ``frame`` carries label set ``set`` from now on (< 0: none);
  * -1 when it cannot be kept (counted by tags_lost). */
 int tags_set(const void *frame, long set);
-/* In a walk (any thread, any time): the set of ``frame`` plus 1, or 0 if it has no tag. */
-uint32_t tags_find(const void *frame);
+/* In a walk (any thread, any time): the table of open tags, or NULL when none ever opened. */
+const void *tags_now(void);
+/* The set of ``frame`` in ``tags`` (from tags_now) plus 1, or 0 if it has no tag. */
+uint32_t tags_find(const void *tags, const void *frame);
 /* Under the GIL: forgets every tag. */
 void tags_clear(void);
 /* Under the GIL: frees the tables replaced, once no handler can be reading them. */

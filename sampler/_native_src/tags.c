@@ -164,15 +164,17 @@ int tags_set(const void *frame, long set)
     return 0;
 }
 
-uint32_t tags_find(const void *frame)
+const void *tags_now(void)
 {
     /* seq_cst, as the handler's count before it: a writer that saw the count at zero after
      * replacing the table means this load reads the new one. */
-    tag_table *table = atomic_load(&current);
+    return atomic_load(&current);
+}
+
+uint32_t tags_find(const void *tags, const void *frame)
+{
+    const tag_table *table = tags;
     uint64_t address = (uint64_t)(uintptr_t)frame;
-    if (table == NULL) {
-        return 0;
-    }
     uint64_t at = slot_of(address, table->mask);
     for (uint64_t probes = 0; probes <= table->mask; probes++) {
         uint64_t word = atomic_load_explicit(&table->slots[at], memory_order_acquire);

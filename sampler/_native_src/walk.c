@@ -197,12 +197,13 @@ int record_stack(PyThreadState *tstate, uint64_t weight, uint32_t flags, uint64_
     }
     record_frame *out = (record_frame *)(record + 1);
     uint32_t written = 0, label = 0;
+    const void *tags = tags_now();
     walker_start(&w, tstate);
     for (_PyInterpreterFrame *frame; written < depth && (frame = walker_next(&w, &torn, 0));) {
         out[written].code = frame->f_code;
         out[written].func = frame->f_func;
-        if (label == 0 && frame->frame_obj != NULL) {
-            label = tags_find(frame->frame_obj); /* the innermost tag */
+        if (tags != NULL && label == 0 && frame->frame_obj != NULL) {
+            label = tags_find(tags, frame->frame_obj); /* the innermost tag */
         }
         out[written].lasti = frame->prev_instr - _PyCode_CODE(frame->f_code);
         written++;
