@@ -72,10 +72,12 @@ def _check_bounds(settings: dict[str, Any]) -> None:
 def stop() -> None:
     """Stops the running sampler, if any, restoring any previous signal handler."""
     global _running
+    # Held until the sampler has stopped: a start() meanwhile waits, rather than starting an
+    # engine whose process-wide state (timers, tag table) this stop would then tear down.
     with _start_lock:
         sampler, _running = _running, None
-    if sampler is not None:
-        sampler.stop()
+        if sampler is not None:
+            sampler.stop()
 
 
 def running() -> Sampler | None:

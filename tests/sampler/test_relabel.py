@@ -3,6 +3,7 @@
 import contextlib
 import contextvars
 import sys
+import threading
 import time
 
 import pytest
@@ -191,3 +192,30 @@ def test_a_stopped_engine_leaves_no_tags_and_a_new_one_sees_the_open_ones():
         assert native_stats(s)["tags_open"] == 0
     found = labels_by_leaf(doc)
     assert set(found["before_routing"]) == {(("kept", "yes"),)}, found
+
+
+def test_a_start_during_a_stop_waits_for_it_and_samples_with_its_tags():
+    old = sampler.start(port="none", engine="native")
+    engine_stop = old.engine.stop
+
+    def slow_stop():
+        time.sleep(0.3)
+        engine_stop()
+
+    old.engine.stop = slow_stop
+    stopper = threading.Thread(target=sampler.stop)
+    stopper.start()
+    time.sleep(0.1)
+    new = sampler.start(port="none", engine="native")  # while the old one stops
+    stopper.join()
+    try:
+        assert new is not old and sampler.running() is new
+        with sampler.tag(after="restart"):
+            assert native_stats(new)["tags_open"] == 1
+            before_routing()
+        doc = new.profile()
+    finally:
+        sampler.stop()
+    found = labels_by_leaf(doc)
+    assert set(found["before_routing"]) == {(("after", "restart"),)}, found
+    assert sum(found["before_routing"].values()) >= 15
