@@ -266,10 +266,13 @@ class StallWatcher:
                 sampler.engine.catch_up()
 
     def _finish_pending(self) -> None:
-        if self._pending:
-            self._catch_up()
-            while self._pending:
-                self._finish(*self._pending.popleft())
+        # A reader waits only while stalls are pending (see document): with none, no one is
+        # told (a Condition's notify is Python code: ~7 us at each of 40 wake-ups a second).
+        if not self._pending:
+            return
+        self._catch_up()
+        while self._pending:
+            self._finish(*self._pending.popleft())
         with self._settled:
             self._settled.notify_all()
 
