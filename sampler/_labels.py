@@ -199,10 +199,7 @@ class RouteTag(_FrameTag):
     __slots__ = ()
 
     def __init__(self, frame: Any) -> None:
-        self._outer = _current.get()
-        self._frame_key = id(frame)
-        self._open = False
-        self._token = None
+        self._ready(frame)
 
     def route(self, route: str) -> int:
         """Labels the frame's samples ``route=route`` from now on; returns the label set id."""
