@@ -107,7 +107,7 @@ class WSGIMiddleware:
         )
         if self._routed:
             global _flask_request_context
-            flask_globals = sys.modules["flask"].globals
+            flask_globals = getattr(sys.modules.get("flask"), "globals", None)
             _flask_request_context = getattr(flask_globals, "_cv_request", _flask_request_context)
             owner.before_request(_flask_routed)
 
