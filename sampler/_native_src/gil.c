@@ -1,10 +1,9 @@
 /* The stall watcher's question (sampler/_stalls.py): while it waited for the GIL, who held
  * it, did that thread run, and did the GIL change hands meanwhile.
  *
- * Thread states are listed by known_threads, under the runtime's head lock, only when the GIL
- * is found held at the wake-up (most wake-ups of a quiet process find it free). The GIL's own
- * fields are read without any lock: its holder's address is compared with the states listed,
- * never followed, and checked again once the GIL is back.
+ * Thread states are listed by known_threads, under the runtime's head lock. The GIL's own
+ * fields are read without any lock: its holder's address is compared with the states listed
+ * before the sleep, never followed, and checked again once the GIL is back.
  */
 #include "native.h"
 
@@ -40,6 +39,7 @@ void gil_watch_begin(gil_watch *watch)
 {
     memset(watch, 0, sizeof(*watch));
     watch->self = PyThreadState_Get();
+    watch->threads = known_threads(&watch->count, 1); /* out of memory: none is named */
 }
 
 void gil_watch_woke(gil_watch *watch)
@@ -50,7 +50,6 @@ void gil_watch_woke(gil_watch *watch)
     }
     void *holder = (void *)_Py_atomic_load_relaxed(&state->last_holder);
     watch->switches = switches();
-    watch->threads = known_threads(&watch->count, 1); /* out of memory: none is named */
     /* Never the watcher's own state: between locked and last_holder, it is "the holder". */
     for (Py_ssize_t i = 0; holder != NULL && holder != watch->self && i < watch->count; i++) {
         if (watch->threads[i].state == holder) {

@@ -254,7 +254,7 @@ static PyObject *native_tracer_pid(PyObject *module, PyObject *unused)
 /* Sleeps ``seconds`` without the GIL, then takes it back. Returns how long taking it back
  * took (a thread holding the GIL that long kept every other from running Python), and, about
  * the thread that held it as this one asked for it back: its ident (None if none did, or it
- * cannot be told: it ended, or its state was reused), its seconds on a CPU over
+ * cannot be told: started during the sleep, or its state reused), its seconds on a CPU over
  * the wait if that lasted ``threshold`` seconds or more (None where its clock could not be
  * read: it has ended), and how many times the GIL passed to yet another thread meanwhile. */
 static PyObject *native_gil_wait(PyObject *module, PyObject *args)
