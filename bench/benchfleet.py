@@ -168,10 +168,15 @@ def free_port() -> int:
 class WebServer:
     """A real ``fleetflame web`` over a database, in a subprocess, and requests to it."""
 
-    def __init__(self, url: str, *extra: str) -> None:
+    def __init__(self, url: str, *extra: str, index_dir: str | None = None) -> None:
+        """``index_dir``: where it saves and loads its stack index; by default a directory of
+        its own, so it starts as on a database it never served."""
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
+        self._own_dir = None if index_dir is not None else tempfile.TemporaryDirectory()
+        index_dir = index_dir if self._own_dir is None else self._own_dir.name
         command = [sys.executable, "-m", "webui", "--database-url", url, "--port", str(self.port)]
+        command += ["--index-dir", index_dir]
         self.log = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
             [*command, *extra], stdout=subprocess.DEVNULL, stderr=self.log, cwd=ROOT
@@ -181,11 +186,16 @@ class WebServer:
     def warmed(self, timeout: float = 300) -> bool:
         """Waits until the server has warmed its stack index (it logs it); tells whether it
         has, rather than given up or timed out."""
+        return self.logged("stack index warmed", timeout)
+
+    def logged(self, line: str, timeout: float = 300) -> bool:
+        """Waits until the server logs ``line``; tells whether it has, rather than given up
+        warming or timed out."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.log.seek(0)
             text = self.log.read().decode(errors="replace")
-            if "stack index warmed" in text:
+            if line in text:
                 return True
             if "could not warm" in text or self.process.poll() is not None:
                 return False
@@ -222,6 +232,8 @@ class WebServer:
         self.process.terminate()
         self.process.wait(30)
         self.log.close()
+        if self._own_dir is not None:
+            self._own_dir.cleanup()
 
     def __enter__(self) -> WebServer:
         return self

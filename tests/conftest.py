@@ -8,6 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
+# The web UI saves its stack index in the user's cache directory by default: tests that want
+# it say where (a file shared between tests would make what one reads depend on another).
+os.environ["FLEETFLAME_WEB_INDEX_DIR"] = ""
+
 # The local PostgreSQL server (trust auth); CI starts it when it is down.
 PG_ADMIN_URL = os.environ.get(
     "FLEETFLAME_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"

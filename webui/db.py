@@ -33,10 +33,11 @@ from collector.query import Filters, Query, StackCounts
 from collector.store import Store, StoreUnavailable
 from collector.store.engines.base import translate_errors
 from sampler.profile import Profile, is_settled, rescale
+from webui import indexfile
 from webui.functable import FunctionIndex
 from webui.model import FunctionSamples, SortedStacks, StackIndex
 from webui.params import Selection
-from webui.warmup import Warmer
+from webui.warmup import SAVE_EVERY, Warmer
 
 __all__ = ["Database", "get_db", "init_app", "mark_unavailable", "paused_gc", "readonly_url"]
 
@@ -150,6 +151,8 @@ class Database:
         cache_entries: int = 16,
         stack_index_mb: int = 300,
         warm_hours: float = 24,
+        index_dir: str = "",
+        save_every: float = SAVE_EVERY,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.url = url
@@ -157,6 +160,10 @@ class Database:
         self.cache_entries = cache_entries
         self.stack_index_mb = stack_index_mb
         self.warm_hours = warm_hours
+        self.index_file = (
+            indexfile.path_for(os.path.expanduser(index_dir), url) if index_dir else None
+        )
+        self.save_every = save_every
         self.clock = clock
         self._lock = threading.Lock()
         self._store: Store | None = None
@@ -206,7 +213,7 @@ class Database:
                 self._functions = FunctionIndex(
                     query.stack_lines, max_bytes=self.stack_index_mb * 1_000_000 // 2
                 )
-                if self.warm_hours > 0:
+                if self.warm_hours > 0 or self.index_file is not None:
                     self.warmer = Warmer(
                         query,
                         self._index,
@@ -215,6 +222,8 @@ class Database:
                         bucket_seconds=self.bucket_seconds,
                         clock=self.clock,
                         idle=self.idle,
+                        index_file=self.index_file,
+                        save_every=self.save_every,
                     )
                     self.warmer.start()
             return self._query, self._index
@@ -360,6 +369,7 @@ def init_app(app: Flask) -> None:
         cache_entries=app.config["CACHE_ENTRIES"],
         stack_index_mb=app.config["STACK_INDEX_MB"],
         warm_hours=app.config["WARM_HOURS"],
+        index_dir=app.config["INDEX_DIR"],
     )
     app.before_request(_started)
     app.teardown_request(_ended)

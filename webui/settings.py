@@ -126,6 +126,15 @@ SETTINGS: tuple[Setting, ...] = declare(
         "past hours into its stack index in the background (most recent first, up to 80% of "
         "stack_index_mb), so the first views after a restart are as fast as later ones; 0: off.",
     ),
+    WebSetting(
+        "index_dir",
+        string,
+        "~/.cache/fleetflame",
+        "Directory where each process saves its stack index (the sorted text of the stacks it "
+        "has read, one file per database, readable by its owner only) and loads it from at "
+        "start, before warming: a restarted server's first view of many stacks need not read "
+        "and sort them all; empty: off.",
+    ),
 )
 
 

@@ -2,11 +2,14 @@
 
 A process's stack index is empty when it starts, and the first view of a window of many
 distinct stacks then reads and sorts all their text (a second or more for 200,000 stacks).
-A Warmer reads the stacks sampled in the last hours into the index on a daemon thread: an
-hour at a time, newest first, each hour one short read, until 80% of the index's bound
-is used; then the same stacks' functions into the function index (webui.functable), so the
-first function table is as fast too. Requests go on meanwhile and learn what they need
-themselves.
+A Warmer, on a daemon thread, first loads the index a process saved earlier, if there is a
+file of it (webui.indexfile: requests lacking stacks wait for that load); then reads the
+stacks sampled in the last hours into the index: an hour at a time, newest first, each hour
+one short read, until 80% of the index's bound is used; then the same stacks' functions into
+the function index (webui.functable), so the first function table is as fast too. It works
+only while no request is served: a request learns what it lacks itself, and faster without
+warming beside it. With a file, it then saves the index whenever it has learned more, at
+most every SAVE_EVERY seconds, while no request is served.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from collector.query import Query
 from collector.store import StoreError
+from webui import indexfile
 from webui.functable import FunctionIndex
 from webui.model import StackIndex
 
@@ -30,6 +35,7 @@ FUNCTION_CHUNK = 5_000  # stacks whose functions are numbered at a time (~20 ms)
 IDLE_WAIT = 0.05  # seconds between looks for a moment without requests
 # Of the index's bound: the rest is room for windows older than the warm-up's.
 SHARE = 0.8
+SAVE_EVERY = 300.0  # seconds between looks at whether the index has learned stacks to save
 _log = logging.getLogger(__name__)
 
 
@@ -46,6 +52,8 @@ class Warmer:
         functions: FunctionIndex | None = None,
         clock: Callable[[], float] = time.time,
         idle: Callable[[], bool] = lambda: True,
+        index_file: Path | None = None,
+        save_every: float = SAVE_EVERY,
     ) -> None:
         self.query = query
         self.index = index
@@ -56,13 +64,24 @@ class Warmer:
         self.clock = clock
         self.learned = 0
         self.functions_learned = 0
+        self.index_file = index_file
+        self.save_every = save_every
+        self.loaded = 0  # stacks loaded from the index file
+        self.saves = 0  # times the index was saved to it
+        self._saved_generation = index.generation
         self._stop = threading.Event()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
 
     def start(self) -> None:
-        """Starts warming in the background."""
-        self._thread.start()
+        """Starts warming in the background (first loading the index file, if any)."""
+        if self.index_file is not None:
+            self.index.loading()  # before the thread starts: a request may come first
+        try:
+            self._thread.start()
+        except BaseException:
+            self.index.loaded()
+            raise
 
     def wait(self, timeout: float | None = None) -> bool:
         """Waits until warming has ended (done, failed or stopped); tells whether it has."""
@@ -77,9 +96,12 @@ class Warmer:
                 _log.warning("stack index warm-up still running %g s after it was stopped", timeout)
 
     def _run(self) -> None:
+        if self.index_file is not None:
+            self._load(self.index_file)
         began = time.monotonic()
         try:
-            self._warm()
+            if self.hours > 0:
+                self._warm()
             _log.info(
                 "stack index warmed with %d stacks of the last %g hours in %.1f s "
                 "(their functions: %d)",
@@ -95,6 +117,83 @@ class Warmer:
             _log.exception("could not warm the stack index")
         finally:
             self._done.set()
+        if self.index_file is not None:
+            self._keep_saved(self.index_file)
+
+    def _paused_or_stopped(self) -> bool:
+        """Waits while a request is being served; tells whether warming was stopped."""
+        while not self.idle() and not self._stop.wait(IDLE_WAIT):
+            pass
+        return self._stop.is_set()
+
+    def _load(self, path: Path) -> None:
+        """Loads the index a process saved earlier into the (empty) index."""
+        began = time.monotonic()
+        try:
+            keys, ids = indexfile.load(path, max_chars=SHARE * self.index.max_bytes)
+            self.loaded = self.index.load(keys, ids, share=SHARE)
+            self._saved_generation = self.index.generation
+            _log.info(
+                "stack index loaded with %d stacks from %s in %.2f s",
+                self.loaded,
+                path,
+                time.monotonic() - began,
+            )
+        except FileNotFoundError:
+            pass  # nothing saved yet
+        except (OSError, indexfile.IndexFileError) as exc:
+            _log.warning("could not load the saved stack index (warming without it): %s", exc)
+        except Exception:
+            _log.exception("could not load the saved stack index")
+        finally:
+            self.index.loaded()
+
+    def _keep_saved(self, path: Path) -> None:
+        """Saves the index when it has learned stacks since it was loaded or saved: now,
+        then every save_every seconds while no request is served, until stopped."""
+        wait = 0.0
+        while not self._stop.wait(wait):
+            wait = self.save_every
+            if self.index.generation == self._saved_generation:
+                continue
+            if self._paused_or_stopped() or not self._save(path):
+                return
+
+    def _save(self, path: Path) -> bool:
+        """Saves the index; tells whether saving may go on (the directory is usable)."""
+        generation = self.index.generation
+        keys, ids = self.index.known()
+        # Stacks the store did not have are known by a placeholder: never saved as names.
+        unknown = {
+            i
+            for i, key in enumerate(keys)
+            if key.startswith("[unknown stack ") and key == f"[unknown stack {ids[i]}]"
+        }
+        if unknown:
+            keys = [key for i, key in enumerate(keys) if i not in unknown]
+            ids = [sid for i, sid in enumerate(ids) if i not in unknown]
+        saved = indexfile.count_in(path)
+        if saved is not None and saved >= len(ids):
+            # As many stacks saved already: by this process's start, or by a sibling worker
+            # warmed as far (each would otherwise write the same file in turn).
+            self._saved_generation = generation
+            return True
+        began = time.monotonic()
+        try:
+            written = indexfile.save(path, keys, ids)
+        except OSError as exc:
+            _log.warning("could not save the stack index, and will not try again: %s", exc)
+            return False
+        self._saved_generation = generation
+        self.saves += 1
+        _log.info(
+            "stack index saved with %d stacks to %s (%.0f MB) in %.2f s",
+            len(ids),
+            path,
+            written / 1e6,
+            time.monotonic() - began,
+        )
+        return True
 
     def _learn_functions(self, ids: list[int]) -> None:
         """Numbers the functions of the stacks warmed, most recent first, as far as the
@@ -104,9 +203,7 @@ class Warmer:
         for i in range(0, len(ids), FUNCTION_CHUNK):
             # Only while no request is served: a first view must not share the interpreter
             # with this (it draws without the function table).
-            while not self.idle() and not self._stop.wait(IDLE_WAIT):
-                pass
-            if self._stop.is_set():
+            if self._paused_or_stopped():
                 return
             if not self.functions.warm(ids[i : i + FUNCTION_CHUNK], share=SHARE):
                 return
@@ -128,7 +225,8 @@ class Warmer:
         batch: list[int] = []
         warmed: list[int] = []
         for hour_end in range(end, oldest, -HOUR):
-            if self._stop.is_set():
+            # Between requests: one learns what it lacks itself, faster without this beside it.
+            if self._paused_or_stopped():
                 break
             ids = self.query.recent_stacks(max(hour_end - HOUR, oldest), hour_end)
             batch += [sid for sid in ids if sid not in seen]
@@ -136,7 +234,7 @@ class Warmer:
             last = hour_end - HOUR <= oldest
             if len(batch) >= CHUNK or (last and batch):
                 learned, room = self.index.warm(
-                    batch, share=SHARE, chunk=CHUNK, stop=self._stop.is_set
+                    batch, share=SHARE, chunk=CHUNK, stop=self._paused_or_stopped
                 )
                 self.learned += learned
                 warmed += batch

@@ -290,3 +290,16 @@ def test_an_empty_window_first_of_all_is_an_empty_tree():
     tree = flame_tree_sorted(index.arrange([{}]))
     assert tree.to_dict()["total"] == 0
     assert diff_tree_sorted(index.arrange([{}, {}])).to_dict()["tree"]["children"] == []
+
+
+def test_a_few_new_stacks_are_merged_in_as_sorting_would():
+    from webui.model.stackindex import _in_order, _merged
+
+    rng = random.Random(11)
+    for _ in range(300):
+        words = ["", "a", "b", "\x01", "a\x01", "\x01b", "ab\x01c", "é", "\ud800"]
+        keys = sorted({"".join(rng.choices(words, k=rng.randint(0, 4))) for _ in range(200)})
+        new = sorted({"".join(rng.choices(words, k=rng.randint(0, 5))) for _ in range(10)})
+        new = [key for key in new if key not in set(keys)]
+        ids, new_ids = [hash(k) for k in keys], [hash(k) for k in new]
+        assert _merged(keys, ids, new, new_ids) == _in_order(keys + new, ids + new_ids)

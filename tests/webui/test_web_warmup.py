@@ -142,20 +142,17 @@ def test_fleetflame_web_opens_the_database_at_start(fleet_url, monkeypatch):
         database.close()
 
 
-def test_functions_are_numbered_while_no_request_is_served(fleet_url):
+def test_warming_waits_while_a_request_is_served(fleet_url):
     database = Database(fleet_url, warm_hours=2, clock=lambda: T0 + 5400)
     try:
-        database.serving(+1)  # a request in flight from the start
+        database.serving(+1)  # a request in flight from the start: it learns what it needs
         database.open()
         warmer = database.warmer
         assert warmer is not None
-        deadline = time.monotonic() + 30
-        while warmer.learned < DISTINCT and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert warmer.learned == DISTINCT  # the stack index warms meanwhile
-        assert not warmer.wait(0.3) and warmer.functions_learned == 0
+        assert not warmer.wait(0.3) and warmer.learned == warmer.functions_learned == 0
         database.serving(-1)
-        assert warmer.wait(30) and warmer.functions_learned == DISTINCT
+        assert warmer.wait(30) and warmer.learned == DISTINCT
+        assert warmer.functions_learned == DISTINCT
     finally:
         database.close()
 

@@ -9,9 +9,10 @@ it is first read, and a window's stacks are then put in order by sorting small i
 from __future__ import annotations
 
 import threading
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from itertools import compress
+from itertools import accumulate, compress
 from operator import itemgetter
 
 from collector.functions import FunctionSamples, count_frames
@@ -40,6 +41,11 @@ _FRAMES_OVERHEAD = 150
 # Node boundaries remembered (see sampler.profile.Bounds), ~220 bytes each: one per stack in the
 # order (counted in _STACK_OVERHEAD), and at least this many.
 _MIN_BOUNDS = 50_000
+# The longest a request waits for a saved index being loaded (it takes ~0.25 s per 200,000
+# stacks) before reading what it lacks itself.
+LOAD_WAIT = 10.0
+# New keys fewer than 1/_FEW of the known are merged in by bisection rather than by sorting.
+_FEW = 16
 
 
 _State = tuple[list[str], list[int], dict[int, int], Bounds]
@@ -67,9 +73,61 @@ class StackIndex:
         self._frames: dict[int, tuple[str, ...]] = {}
         self._frame_names: dict[str, str] = {}
         self._frame_bytes = 0
+        # Counts changes of the order (stacks learned, or a start over): a saved copy of an
+        # index is current while this has not moved (webui.indexfile).
+        self.generation = 0
+        # Clear while a saved index is being loaded: a request that lacks stacks waits for
+        # the load (up to LOAD_WAIT seconds) rather than read them all from the store itself.
+        self._loaded = threading.Event()
+        self._loaded.set()
 
     def __len__(self) -> int:
         return len(self._state[0])
+
+    def known(self) -> tuple[list[str], list[int]]:
+        """Returns the sort keys of the stacks known, in order, and their ids (do not modify
+        them: they are the index's own, replaced whole as it learns)."""
+        keys, ids, _, _ = self._state
+        return keys, ids
+
+    def loading(self) -> None:
+        """Marks a saved index as being loaded: requests that lack stacks wait for load()
+        (or loaded()) rather than read them from the store."""
+        self._loaded.clear()
+
+    def loaded(self) -> None:
+        """Marks the load as over (done or failed)."""
+        self._loaded.set()
+
+    def load(self, keys: list[str], ids: list[int], *, share: float = 0.5) -> int:
+        """Adds stacks whose sort keys are known already (in order: a saved index), as far as
+        they fit in ``share`` of the bound, never making room for them; returns how many."""
+        if len(keys) != len(ids):
+            raise ValueError(f"{len(keys)} keys for {len(ids)} ids")
+
+        def given(wanted: list[int]) -> tuple[list[str], list[int]]:
+            if len(wanted) == len(ids):
+                return keys, ids
+            missing = set(wanted)
+            pairs = [(key, sid) for key, sid in zip(keys, ids, strict=True) if sid in missing]
+            return [key for key, _ in pairs], [sid for _, sid in pairs]
+
+        try:
+            with self._lock:
+                if len(self) or self._frame_bytes:
+                    return self._add_within(ids, given, share)[0]
+                # Empty, as at a start: the keys that fit are a prefix of them, found by
+                # bisection over their sizes (a Python loop over 200,000 costs 0.2 s).
+                room = share * self.max_bytes
+                chars = list(accumulate(map(len, keys)))
+                fit = bisect_right(
+                    range(1, len(keys) + 1), room, key=lambda n: chars[n - 1] + _STACK_OVERHEAD * n
+                )
+                if fit:
+                    self._merge([], [], keys[:fit], ids[:fit], chars=chars[fit - 1])
+                return fit
+        finally:
+            self.loaded()
 
     def arrange(self, profiles: Sequence[Mapping[int, int]]) -> SortedStacks:
         """Returns the stacks of these profiles (counts by stack id) in sort order; stacks
@@ -86,6 +144,7 @@ class StackIndex:
         try:
             ranks = _look_up(rank, ids)
         except KeyError:
+            self._loaded.wait(LOAD_WAIT)
             keys, _, rank, bounds = self._learn(ids)
             ranks = _look_up(rank, ids)
         if len(keys) <= _SPREAD * len(ids):
@@ -148,6 +207,7 @@ class StackIndex:
         found = list(map(cache.get, ids))
         if None not in found:
             return found  # type: ignore[return-value]
+        self._loaded.wait(LOAD_WAIT)  # before the lock, which the load takes
         with self._lock:
             keys, _, rank, _ = self._state
             if not all(map(rank.__contains__, ids)):
@@ -181,9 +241,10 @@ class StackIndex:
         """Adds the stacks of ``ids`` it lacks, making room for them past the bound."""
         with self._lock:
             keys, known_ids, rank, _ = self._state
-            new_keys, new_ids = self._read([sid for sid in ids if sid not in rank])
-            if not new_keys:
-                return self._state  # another thread learned them meanwhile
+            missing = [sid for sid in ids if sid not in rank]
+            if not missing:
+                return self._state  # another thread (or a load) learned them meanwhile
+            new_keys, new_ids = self._read(missing)
             added = sum(map(len, new_keys)) + _STACK_OVERHEAD * len(new_keys)
             if self._bytes + self._frame_bytes + added > self.max_bytes:
                 self._drop_frames()
@@ -197,6 +258,16 @@ class StackIndex:
     def _learn_within(self, ids: Sequence[int], share: float) -> tuple[int, bool]:
         """Adds the stacks of ``ids`` it lacks, in the order given, while they fit in
         ``share`` of the bound (frames included); returns how many, and whether all fitted."""
+        return self._add_within(ids, self._read, share)
+
+    def _add_within(
+        self,
+        ids: Sequence[int],
+        read: Callable[[list[int]], tuple[list[str], list[int]]],
+        share: float,
+    ) -> tuple[int, bool]:
+        """Adds the stacks of ``ids`` it lacks, their sort keys in order from ``read``, as
+        _learn_within() describes."""
         with self._lock:
             keys, known_ids, rank, _ = self._state
             wanted = [sid for sid in dict.fromkeys(ids) if sid not in rank]
@@ -205,7 +276,7 @@ class StackIndex:
                 return 0, room > 0
             if room <= 0 or (keys and room < self._bytes / len(keys)):
                 return 0, False  # not even room for a stack of the usual size
-            new_keys, new_ids = self._read(wanted)
+            new_keys, new_ids = read(wanted)
             size = dict(zip(new_ids, [len(key) + _STACK_OVERHEAD for key in new_keys], strict=True))
             fits = set()
             for sid in wanted:
@@ -221,12 +292,22 @@ class StackIndex:
             return len(new_keys), len(fits) == len(wanted)
 
     def _merge(
-        self, keys: list[str], ids: list[int], new_keys: list[str], new_ids: list[int]
+        self,
+        keys: list[str],
+        ids: list[int],
+        new_keys: list[str],
+        new_ids: list[int],
+        *,
+        chars: int | None = None,
     ) -> _State:
-        """Makes the state hold these keys and new ones (both in order), and counts the new."""
-        self._bytes += sum(map(len, new_keys)) + _STACK_OVERHEAD * len(new_keys)
-        if keys:  # two sorted runs: the sort merges them in one pass
-            keys, ids = _in_order(keys + new_keys, ids + new_ids)
+        """Makes the state hold these keys and new ones (both in order), and counts the new
+        (``chars``: their length, if known)."""
+        if chars is None:
+            chars = sum(map(len, new_keys))
+        self._bytes += chars + _STACK_OVERHEAD * len(new_keys)
+        self.generation += 1
+        if keys:
+            keys, ids = _merged(keys, ids, new_keys, new_ids)
         else:
             keys, ids = new_keys, new_ids
         self._state = (
@@ -245,6 +326,29 @@ def _look_up(mapping: Mapping[int, int], keys: list[int]) -> Sequence[int]:
         return [mapping[key] for key in keys]
     found: tuple[int, ...] = itemgetter(*keys)(mapping)
     return found
+
+
+def _merged(
+    keys: list[str], ids: list[int], new_keys: list[str], new_ids: list[int]
+) -> tuple[list[str], list[int]]:
+    """Merges two sorted runs of keys, and their ids along with them."""
+    if len(new_keys) * _FEW > len(keys):
+        return _in_order(keys + new_keys, ids + new_ids)  # the sort merges two runs in a pass
+    # Few new keys, as a window of a live fleet brings: each is put in place by bisection and
+    # the runs between are copied in slices, rather than calling a sort key 200,000 times.
+    out_keys: list[str] = []
+    out_ids: list[int] = []
+    done = 0
+    for key, sid in zip(new_keys, new_ids, strict=True):
+        at = bisect_right(keys, key, done)
+        out_keys += keys[done:at]
+        out_ids += ids[done:at]
+        out_keys.append(key)
+        out_ids.append(sid)
+        done = at
+    out_keys += keys[done:]
+    out_ids += ids[done:]
+    return out_keys, out_ids
 
 
 def _in_order(keys: list[str], ids: list[int]) -> tuple[list[str], list[int]]:

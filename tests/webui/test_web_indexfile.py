@@ -1,0 +1,237 @@
+"""The stack index saved to a file by one process and loaded by the next (webui.indexfile)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import time
+from pathlib import Path
+
+import pytest
+from test_web_model_stackindex import Names, catalogue
+from webhelpers import T0
+
+from sampler.profile.frames import escape_frame
+from webui import indexfile
+from webui.db import Database
+from webui.model import StackIndex
+from webui.params import Selection
+from webui.warmup import Warmer
+
+HOSTILE = Path(__file__).parents[1] / "data" / "hostile_frames.json"
+HOUR = Selection(T0, T0 + 3600)
+
+
+def learned_index(names: dict[int, str]) -> StackIndex:
+    """An index that has read every stack of ``names``."""
+    index = StackIndex(Names(names))
+    index.arrange([dict.fromkeys(names, 1)])
+    return index
+
+
+def hostile_names() -> dict[int, str]:
+    """Stacks of every hostile frame name of the shared fixture, escaped as the sampler does."""
+    frames = [escape_frame(case["name"]) for case in json.loads(HOSTILE.read_text())["frames"]]
+    rng = random.Random(7)
+    stacks = {";".join(rng.sample(frames, rng.randint(1, 6))) for _ in range(500)}
+    return {rng.getrandbits(63): stack for stack in sorted(stacks)}
+
+
+def test_a_saved_index_loads_as_it_was(tmp_path, monkeypatch):
+    monkeypatch.setattr(indexfile, "BLOCK", 97)  # several blocks, the last one short
+    names = catalogue(random.Random(3), 400) | hostile_names()
+    index = learned_index(names)
+    keys, ids = index.known()
+    path = tmp_path / "index" / "stacks.idx"
+    assert indexfile.save(path, keys, ids) == path.stat().st_size
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert indexfile.count_in(path) == len(ids)
+    assert indexfile.load(path) == (keys, ids)
+
+    # A new process's index, loaded from it, reads no text and sorts as the first did.
+    reader = Names(names)
+    loaded = StackIndex(reader)
+    assert loaded.load(*indexfile.load(path)) == len(names)
+    window = {sid: i + 1 for i, sid in enumerate(names) if i % 3}
+    arranged, expected = loaded.arrange([window]), index.arrange([window])
+    assert (arranged.keys, arranged.values) == (expected.keys, expected.values)
+    assert loaded.folded(window) == index.folded(window) and reader.asked == []
+
+
+def test_loading_stops_at_the_share_of_the_bound(tmp_path, monkeypatch):
+    monkeypatch.setattr(indexfile, "BLOCK", 50)
+    names = catalogue(random.Random(4), 600)
+    keys, ids = learned_index(names).known()
+    path = tmp_path / "stacks.idx"
+    indexfile.save(path, keys, ids)
+    some_keys, some_ids = indexfile.load(path, max_chars=sum(map(len, keys[:120])))
+    assert 120 <= len(some_ids) <= 170 and (some_keys, some_ids) == (keys[:150], ids[:150])
+
+    index = StackIndex(Names(names), max_bytes=200_000)
+    loaded = index.load(keys, ids, share=0.5)
+    assert 0 < loaded < len(keys) and index.known() == (keys[:loaded], ids[:loaded])
+    assert index._bytes <= 100_000  # the share of the bound, the order's overhead counted
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["empty", "other version", "flipped bit", "truncated", "no end block", "count"],
+)
+def test_a_damaged_file_is_refused_whole(tmp_path, damage):
+    names = catalogue(random.Random(5), 300)
+    keys, ids = learned_index(names).known()
+    path = tmp_path / "stacks.idx"
+    indexfile.save(path, keys, ids)
+    data = bytearray(path.read_bytes())
+    head = len(indexfile.MAGIC)
+    if damage == "empty":
+        data = bytearray()
+    elif damage == "other version":
+        data[head - 2] = ord("2")
+    elif damage == "flipped bit":
+        data[len(data) // 2] ^= 0x10  # in the keys' text: the CRC tells
+    elif damage == "truncated":
+        data = data[: len(data) * 2 // 3]
+    elif damage == "no end block":
+        data = data[: -(4 + 8 + 8 + 4)]  # the end block: count, length, CRC (no ids, no text)
+    else:
+        data[head] += 1  # the header's count of stacks
+    path.write_bytes(bytes(data))
+    with pytest.raises(indexfile.IndexFileError):
+        indexfile.load(path)
+
+
+def test_the_file_is_named_by_the_database_without_its_password(tmp_path):
+    first = indexfile.path_for(tmp_path, "postgresql+psycopg://app:secret@db:5432/prof")
+    second = indexfile.path_for(tmp_path, "postgresql+psycopg://app:other@db:5432/prof")
+    third = indexfile.path_for(tmp_path, "postgresql+psycopg://app:secret@db:5432/staging")
+    assert first == second != third and "secret" not in str(first)
+
+
+def reads_of(index: StackIndex) -> list[list[int]]:
+    reads: list[list[int]] = []
+    real = index.read_lines
+    index.read_lines = lambda ids: reads.append(ids) or real(ids)  # type: ignore[method-assign]
+    return reads
+
+
+def saved_database(url: str, index_dir: Path) -> None:
+    """Opens a database over ``url``, views its hour and waits until it has saved its index."""
+    database = Database(url, warm_hours=0, index_dir=str(index_dir), save_every=0.05)
+    try:
+        database.profile(HOUR)  # its stacks are learned after warming (none): saved later
+        warmer = database.warmer
+        assert warmer is not None
+        deadline = time.monotonic() + 30
+        while warmer.saves == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert warmer.saves == 1
+    finally:
+        database.close()
+
+
+def test_a_restarted_database_begins_with_the_saved_index(fleet_url, tmp_path, caplog):
+    saved_database(fleet_url, tmp_path)
+    (path,) = tmp_path.glob("*.idx")
+    expected = Database(fleet_url, warm_hours=0)
+    database = Database(fleet_url, warm_hours=0, index_dir=str(tmp_path), save_every=0.05)
+    try:
+        with caplog.at_level(logging.INFO, logger="webui.warmup"):
+            database.open()
+            reads = reads_of(database.index)
+            assert database.profile(HOUR) == expected.profile(HOUR)
+            assert database.warmer is not None and database.warmer.wait(30)
+        assert reads == [] and database.warmer.loaded == indexfile.count_in(path) > 0
+        assert "stack index loaded with" in caplog.text
+        # It learned nothing the file lacks: it does not write the same file again.
+        mtime = path.stat().st_mtime_ns
+        time.sleep(0.3)
+        assert database.warmer.saves == 0 and path.stat().st_mtime_ns == mtime
+    finally:
+        database.close()
+        expected.close()
+
+
+def test_a_request_during_the_load_waits_for_it(sqlite_url, tmp_path, monkeypatch):
+    from webhelpers import fleet_rows
+
+    from collector.store import Store
+
+    store = Store(sqlite_url)
+    store.migrate()
+    store.write(fleet_rows())
+    store.close()
+    saved_database(sqlite_url, tmp_path)
+    real = indexfile.load
+
+    def slow_load(path, max_chars=float("inf")):  # type: ignore[no-untyped-def]
+        time.sleep(0.5)
+        return real(path, max_chars)
+
+    monkeypatch.setattr(indexfile, "load", slow_load)
+    database = Database(sqlite_url, warm_hours=0, index_dir=str(tmp_path))
+    try:
+        reads = reads_of(database.index)  # opens it: the load begins
+        began = time.monotonic()
+        assert sum(database.profile(HOUR).values()) > 0
+        assert reads == [] and time.monotonic() - began >= 0.3
+    finally:
+        database.close()
+
+
+def test_stacks_the_store_lacks_are_not_saved(sqlite_url, tmp_path):
+    names = catalogue(random.Random(6), 50)
+    index = StackIndex(Names(names))
+    missing = 4242
+    index.arrange([dict.fromkeys([*names, missing], 1)])
+    warmer = Warmer(
+        None,  # type: ignore[arg-type]  # it only saves here
+        index,
+        hours=0,
+        bucket_seconds=60,
+        index_file=tmp_path / "stacks.idx",
+    )
+    assert warmer._save(tmp_path / "stacks.idx")
+    keys, ids = indexfile.load(tmp_path / "stacks.idx")
+    assert missing not in ids and len(ids) == len(names)
+    assert not any(key.startswith("[unknown stack") for key in keys)
+
+
+def test_a_damaged_file_is_logged_and_the_views_read_the_store(fleet_url, tmp_path, caplog):
+    saved_database(fleet_url, tmp_path)
+    (path,) = tmp_path.glob("*.idx")
+    data = bytearray(path.read_bytes())
+    data[-30] ^= 0xFF
+    path.write_bytes(bytes(data))
+    expected = Database(fleet_url, warm_hours=0)
+    database = Database(fleet_url, warm_hours=0, index_dir=str(tmp_path))
+    try:
+        with caplog.at_level(logging.WARNING, logger="webui.warmup"):
+            assert database.profile(HOUR) == expected.profile(HOUR)
+            assert database.warmer is not None and database.warmer.wait(30)
+        assert database.warmer.loaded == 0
+        assert "could not load the saved stack index" in caplog.text
+    finally:
+        database.close()
+        expected.close()
+
+
+def test_a_directory_it_cannot_write_is_logged_once(fleet_url, tmp_path, caplog):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    database = Database(fleet_url, warm_hours=0, index_dir=str(blocked), save_every=0.02)
+    try:
+        with caplog.at_level(logging.WARNING, logger="webui.warmup"):
+            assert sum(database.profile(HOUR).values()) > 0
+            deadline = time.monotonic() + 10
+            while "could not save" not in caplog.text and time.monotonic() < deadline:
+                time.sleep(0.02)
+            database.profile(Selection(T0 + 60, T0 + 120))
+            time.sleep(0.2)
+        assert caplog.text.count("could not save the stack index") == 1
+        assert sum(database.profile(HOUR).values()) > 0
+    finally:
+        database.close()
+    assert blocked.read_text() == "not a directory" and os.listdir(tmp_path) == ["a-file"]

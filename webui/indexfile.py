@@ -1,0 +1,158 @@
+"""The stack index saved to a file, so that a process started later begins with it.
+
+A new process's stack index is empty, and its first view of a window of many distinct stacks
+reads and sorts all their text (a second or more for 200,000 stacks). Each process saves its
+index (the stacks' sort keys in order, and their ids) in ``index_dir`` once warmed and then
+whenever it has learned more, and a process starting later loads the file before warming
+(~0.25 s for 200,000 stacks, against ~1 s to read and sort them from the store). Stack ids are
+hashes of the stacks' text, so a saved key never goes stale: a file is only ever incomplete,
+and warming and requests learn the rest.
+
+The format, little-endian: the line ``fleetflame stack index 1``, the number of stacks
+(8 bytes), then blocks of at most BLOCK stacks, each its count (4 bytes), their ids (8 bytes
+each), the byte length of their keys (8 bytes), the keys as UTF-8 joined by newlines (a sort
+key holds none), and a CRC-32 of the block; a block of count 0 ends the file. A file that is
+anything else (truncated, damaged, of another version) is ignored whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import sys
+import tempfile
+import zlib
+from array import array
+from collections.abc import Sequence
+from pathlib import Path
+
+import sqlalchemy as sa
+
+__all__ = ["BLOCK", "IndexFileError", "count_in", "load", "path_for", "save"]
+
+MAGIC = b"fleetflame stack index 1\n"
+BLOCK = 50_000
+_COUNT = struct.Struct("<Q")
+_BLOCK_COUNT = struct.Struct("<I")
+_CRC = struct.Struct("<I")
+_BIG_ENDIAN = sys.byteorder == "big"
+
+
+class IndexFileError(Exception):
+    """A saved index that cannot be read: it is ignored."""
+
+
+def path_for(directory: str | os.PathLike[str], url: str) -> Path:
+    """Returns the file a database's stack index is saved in (one per database URL)."""
+    shown = sa.engine.make_url(url).render_as_string(hide_password=True)
+    return Path(directory) / f"stacks-{hashlib.sha256(shown.encode()).hexdigest()[:16]}.idx"
+
+
+def save(path: Path, keys: Sequence[str], ids: Sequence[int]) -> int:
+    """Writes sort keys in order and their ids to ``path`` (replaced whole, atomically, so
+    readers see the old file or the new one); returns the bytes written."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # Readable by the owner only (mkstemp's mode): frame names are the services' code.
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(MAGIC + _COUNT.pack(len(keys)))
+            for i in range(0, len(keys), BLOCK):
+                _write_block(out, keys[i : i + BLOCK], ids[i : i + BLOCK])
+            _write_block(out, [], [])
+            written = out.tell()
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return written
+
+
+def _write_block(out, keys: Sequence[str], ids: Sequence[int]) -> None:  # type: ignore[no-untyped-def]
+    text = "\n".join(keys).encode("utf-8", "surrogatepass")  # frame names may hold any code point
+    packed = array("q", ids)
+    if _BIG_ENDIAN:
+        packed.byteswap()
+    block = b"".join(
+        [
+            _BLOCK_COUNT.pack(len(keys)),
+            packed.tobytes(),
+            _COUNT.pack(len(text)),
+            text,
+        ]
+    )
+    out.write(block)
+    out.write(_CRC.pack(zlib.crc32(block)))
+
+
+def count_in(path: Path) -> int | None:
+    """Returns how many stacks a saved file says it holds, or None if there is none to read."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(MAGIC) + _COUNT.size)
+    except OSError:
+        return None
+    if len(head) != len(MAGIC) + _COUNT.size or not head.startswith(MAGIC):
+        return None
+    return int(_COUNT.unpack_from(head, len(MAGIC))[0])
+
+
+def load(path: Path, max_chars: float = float("inf")) -> tuple[list[str], list[int]]:
+    """Reads the sort keys and ids saved in ``path``, in order, block after block until the
+    keys read hold ``max_chars`` characters. Raises FileNotFoundError when there is no file,
+    IndexFileError when it cannot be read."""
+    keys: list[str] = []
+    ids: list[int] = []
+    chars = 0
+    with path.open("rb") as f:
+        head = f.read(len(MAGIC) + _COUNT.size)
+        if len(head) != len(MAGIC) + _COUNT.size or not head.startswith(MAGIC):
+            raise IndexFileError(f"{path}: not a stack index of this version")
+        total = _COUNT.unpack_from(head, len(MAGIC))[0]
+        while True:
+            block_keys, block_ids, length = _read_block(f, path)
+            if not block_ids:
+                break
+            keys += block_keys
+            ids += block_ids
+            chars += length  # bytes: at least as many as characters
+            if chars >= max_chars:
+                return keys, ids
+    if len(ids) != total:
+        raise IndexFileError(f"{path}: holds {len(ids)} stacks, its header says {total}")
+    return keys, ids
+
+
+def _read_block(f, path: Path) -> tuple[list[str], list[int], int]:  # type: ignore[no-untyped-def]
+    """Reads one block: its keys, their ids and the keys' length in bytes."""
+    head = _read_exactly(f, _BLOCK_COUNT.size, path)
+    (count,) = _BLOCK_COUNT.unpack(head)
+    if count > BLOCK:
+        raise IndexFileError(f"{path}: a block of {count} stacks")
+    raw_ids = _read_exactly(f, 8 * count, path)
+    raw_length = _read_exactly(f, _COUNT.size, path)
+    (length,) = _COUNT.unpack(raw_length)
+    text = _read_exactly(f, length, path)
+    (crc,) = _CRC.unpack(_read_exactly(f, _CRC.size, path))
+    crc_now = zlib.crc32(text, zlib.crc32(raw_length, zlib.crc32(raw_ids, zlib.crc32(head))))
+    if crc != crc_now:
+        raise IndexFileError(f"{path}: a block is damaged (CRC mismatch)")
+    ids = array("q")
+    ids.frombytes(raw_ids)
+    if _BIG_ENDIAN:
+        ids.byteswap()
+    try:
+        keys = text.decode("utf-8", "surrogatepass").split("\n") if count else []
+    except UnicodeDecodeError as exc:
+        raise IndexFileError(f"{path}: {exc}") from None
+    if len(keys) != count:
+        raise IndexFileError(f"{path}: a block of {count} stacks holds {len(keys)} keys")
+    return keys, ids.tolist(), length
+
+
+def _read_exactly(f, size: int, path: Path) -> bytes:  # type: ignore[no-untyped-def]
+    data = f.read(size)
+    if len(data) != size:
+        raise IndexFileError(f"{path}: truncated")
+    return data
