@@ -76,7 +76,7 @@ def many_stacks(distinct: int, engine: str = "sqlite") -> Iterator[tuple[str, in
 def drop_from_index_file(index_dir: str, share: float) -> None:
     """Takes ``share`` of the stacks out of the index file saved in ``index_dir``, spread
     over the order, as if they had first been sampled after it was saved."""
-    (path,) = Path(index_dir).glob("*.idx")
+    (path,) = Path(index_dir).glob("stacks-*.idx")
     keys, ids = indexfile.load(path)
     step = round(1 / share)
     kept = [i for i in range(len(keys)) if i % step]
@@ -112,14 +112,16 @@ def bench_server(url: str, bucket: int, runs: int) -> dict[str, list[float]]:
             rss, peak = server.memory_mb()
             note("server memory, MB", rss)
             note("server peak memory, MB", peak)
-            if not server.logged("stack index saved"):
-                raise RuntimeError("the server did not save its stack index")
+            if not server.logged("function index saved"):  # saved after the stack index
+                raise RuntimeError("the server did not save its indexes")
         drop_from_index_file(index_dir.name, 0.01)
         with WebServer(url, index_dir=index_dir.name) as server:
             server.wait()
             ms, cpu, _ = server.get(f"/api/flamegraph?from={bucket}&to={bucket + 60}")
             note("flamegraph, restarted, index file lacking 1%", ms)
             note("flamegraph, restarted, index file lacking 1%, server CPU", cpu)
+            ms, cpu, _ = server.get(f"/api/top?from={bucket}&to={bucket + 60}")
+            note("top, restarted (saved function index)", ms)
         index_dir.cleanup()
     return out
 
@@ -176,8 +178,8 @@ def bench_browser(url: str, bucket: int, runs: int) -> dict[str, list[tuple[floa
                     page = page or visitor.new_page()
                     results.setdefault(case, []).append(visit(page, f"{server.base}/?{window}"))
                 visitor.close()
-                if not server.logged("stack index saved"):
-                    raise RuntimeError("the server did not save its stack index")
+                if not server.logged("function index saved"):  # saved after the stack index
+                    raise RuntimeError("the server did not save its indexes")
             # Restarted: asked the moment it answers, as it loads the index file the last
             # one saved; then with 1% of the window's stacks taken out of the file.
             for case in ("restarted, index file holding the window", "restarted, file lacking 1%"):

@@ -160,9 +160,9 @@ class Database:
         self.cache_entries = cache_entries
         self.stack_index_mb = stack_index_mb
         self.warm_hours = warm_hours
-        self.index_file = (
-            indexfile.path_for(os.path.expanduser(index_dir), url) if index_dir else None
-        )
+        directory = os.path.expanduser(index_dir)
+        self.index_file = indexfile.path_for(directory, url) if index_dir else None
+        self.functions_file = indexfile.path_for(directory, url, "functions") if index_dir else None
         self.save_every = save_every
         self.clock = clock
         self._lock = threading.Lock()
@@ -223,6 +223,7 @@ class Database:
                         clock=self.clock,
                         idle=self.idle,
                         index_file=self.index_file,
+                        functions_file=self.functions_file,
                         save_every=self.save_every,
                     )
                     self.warmer.start()

@@ -14,17 +14,22 @@ Small windows (a few stacks against a large index) are counted stack by stack as
 
 from __future__ import annotations
 
+import logging
 import threading
 from array import array
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from itertools import chain, repeat
+from itertools import accumulate, chain, repeat
 from operator import itemgetter
+from typing import NamedTuple
 
 from collector.functions import FunctionSamples, count_frames
 from sampler.profile import SEPARATOR
 
-__all__ = ["FunctionIndex"]
+__all__ = ["FunctionIndex", "SavedFunctions"]
+
+_log = logging.getLogger(__name__)
 
 # Reads the folded text of stacks one per line, and their ids in that order (Query.stack_lines).
 LineReader = Callable[[list[int]], tuple[list[int], str]]
@@ -32,6 +37,28 @@ LineReader = Callable[[list[int]], tuple[list[int], str]]
 _DENSE = 8
 _STACK_BYTES = 120  # estimated per stack beyond 4 bytes a frame: its ordinal, its arrays
 _FRAME_BYTES = 8  # each frame is in two arrays: the stack's and the function's
+
+
+class SavedFunctions(NamedTuple):
+    """A function index as saved (FunctionIndex.saved_form): the stack ids in the order of
+    their ordinals, the number of functions of each and their function numbers one after
+    another, the functions' names by number; and by function, the ordinals of the stacks
+    holding it and of those it ends, one after another, with their counts (empty when the
+    load is to rebuild them)."""
+
+    ids: list[int]
+    lengths: array[int]
+    numbers: array[int]
+    names: list[str]
+    stacks: array[int]
+    stack_counts: array[int]
+    leaves: array[int]
+    leaf_counts: array[int]
+
+
+def _split(values: array[int], ends: list[int]) -> list[array[int]]:
+    """Cuts ``values`` into arrays ending at ``ends``."""
+    return list(map(values.__getitem__, map(slice, [0, *ends], ends)))
 
 
 class FunctionIndex:
@@ -44,6 +71,13 @@ class FunctionIndex:
         self.read_lines = read_lines
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
+        # Counts changes (stacks numbered, a start over): a saved copy is current while this
+        # has not moved (webui.indexfile).
+        self.generation = 0
+        # Reads saved functions to load before numbering any stack (see defer_load), and
+        # the share of the bound they may take.
+        self._pending: tuple[Callable[[], SavedFunctions | None], float] | None = None
+        self.loaded = 0  # stacks whose functions were loaded rather than numbered
         self._clear()
 
     def _clear(self) -> None:
@@ -54,6 +88,7 @@ class FunctionIndex:
         self._stacks_of: list[array[int]] = []  # number -> ordinals of the stacks holding it
         self._leaf_of: list[array[int]] = []  # number -> ordinals of the stacks it ends
         self._bytes = 0
+        self.generation += 1
 
     def __len__(self) -> int:
         return len(self._ordinals)
@@ -69,6 +104,8 @@ class FunctionIndex:
             ids = [sid for sid, count in counts.items() if count > 0]
             values = [counts[sid] for sid in ids]
         with self._lock:
+            if self._pending is not None:
+                self._load_pending()
             ordinals = list(map(self._ordinals.get, ids))
             if None in ordinals:
                 self._learn(ids)
@@ -81,6 +118,8 @@ class FunctionIndex:
         """Reads and numbers the stacks it lacks, in the order given, as far as they fit in
         ``share`` of the bound (never starting over); tells whether they all did."""
         with self._lock:
+            if self._pending is not None:
+                self._load_pending()
             found, texts = self._read(ids)
             room = share * self.max_bytes - self._bytes
             fitting = 0
@@ -91,6 +130,110 @@ class FunctionIndex:
                 fitting += 1
             self._add(found[:fitting], texts[:fitting])
             return fitting == len(found)
+
+    def defer_load(self, read: Callable[[], SavedFunctions | None], share: float) -> None:
+        """Has the first table or warm-up to come load saved functions (``read()``, None if
+        there are none) into ``share`` of the bound before numbering any stack: a load takes
+        a fraction of numbering, and done then, it takes nothing from a view's graph."""
+        with self._lock:
+            self._pending = (read, share)
+
+    def load_pending(self) -> int:
+        """Loads the functions deferred by defer_load(), if not done yet; returns how many
+        stacks' functions were loaded."""
+        with self._lock:
+            return self._load_pending()
+
+    def _load_pending(self) -> int:
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return 0
+        read, share = pending
+        saved = read()
+        if saved is None:
+            return 0
+        try:
+            return self._load(saved, share)
+        except ValueError as exc:  # a file that passed its checks but does not hold together
+            _log.warning("could not load the saved function index (numbering anew): %s", exc)
+            return 0
+
+    def saved_form(self) -> SavedFunctions:
+        """Returns what load() takes. Stacks the store did not have (named by a placeholder)
+        are left out, and then so are the lists of stacks by function (load rebuilds them)."""
+        with self._lock:  # the lists only grow, and the stacks' arrays never change
+            ids = list(self._ordinals)  # in the order of their ordinals
+            functions = list(self._functions)
+            names = list(self._names)
+            # The functions' arrays do grow: copied whole, here.
+            by_function = [array("i", chain.from_iterable(self._stacks_of))]
+            by_function.append(array("i", map(len, self._stacks_of)))
+            by_function.append(array("i", chain.from_iterable(self._leaf_of)))
+            by_function.append(array("i", map(len, self._leaf_of)))
+        kept = [
+            o
+            for o, numbers in enumerate(functions)
+            if len(numbers) != 1 or names[numbers[0]] != f"[unknown stack {ids[o]}]"
+        ]
+        if len(kept) < len(ids):
+            ids = [ids[o] for o in kept]
+            functions = [functions[o] for o in kept]
+            by_function = [array("i")] * 4  # their ordinals changed
+        lengths = array("i", map(len, functions))
+        return SavedFunctions(
+            ids, lengths, array("i", chain.from_iterable(functions)), names, *by_function
+        )
+
+    def load(self, saved: SavedFunctions, *, share: float = 0.8) -> int:
+        """Adds saved functions (see saved_form) to an empty index, as many stacks as fit in
+        ``share`` of the bound; returns how many. Raises ValueError if they do not hold
+        together (then nothing is added)."""
+        with self._lock:
+            return self._load(saved, share)
+
+    def _load(self, saved: SavedFunctions, share: float) -> int:
+        ids, lengths, numbers, names = saved.ids, saved.lengths, saved.numbers, saved.names
+        if self._ordinals:
+            return 0
+        if len(lengths) != len(ids) or sum(lengths) != len(numbers):
+            raise ValueError("saved functions: their counts do not add up")
+        if lengths and min(lengths) < 1:
+            raise ValueError("saved functions: a stack without a function")
+        if len(set(names)) != len(names) or len(set(ids)) != len(ids):
+            raise ValueError("saved functions: a name or a stack twice")
+        ends = list(accumulate(lengths))
+        fit = bisect_right(
+            range(1, len(ids) + 1),
+            share * self.max_bytes,
+            key=lambda n: _STACK_BYTES * n + _FRAME_BYTES * ends[n - 1],
+        )
+        try:
+            self._names = list(names)
+            self._numbers = dict(zip(names, range(len(names)), strict=True))
+            self._functions = _split(numbers, ends[:fit])
+            if fit == len(ids) and len(saved.stack_counts) == len(names):
+                self._file_saved(ids, saved)
+            else:  # filed anew: some did not fit, or the lists were not saved
+                self._stacks_of = [array("i") for _ in names]
+                self._leaf_of = [array("i") for _ in names]
+                self._file(ids[:fit], 0)
+        except BaseException:
+            self._clear()
+            raise
+        self.loaded = fit
+        return fit
+
+    def _file_saved(self, ids: list[int], saved: SavedFunctions) -> None:
+        """Takes the saved lists of stacks by function, as they were."""
+        if sum(saved.stack_counts) != len(saved.stacks) or sum(saved.leaf_counts) != len(
+            saved.leaves
+        ):
+            raise ValueError("saved functions: their stacks do not add up")
+        self._stacks_of = _split(saved.stacks, list(accumulate(saved.stack_counts)))
+        self._leaf_of = _split(saved.leaves, list(accumulate(saved.leaf_counts)))
+        self._ordinals = dict(zip(ids, range(len(ids)), strict=True))
+        self._bytes = _STACK_BYTES * len(ids) + _FRAME_BYTES * len(saved.numbers)
+        self.generation += 1
 
     def _learn(self, ids: Sequence[int]) -> None:
         found, texts = self._read(ids)
@@ -131,8 +274,14 @@ class FunctionIndex:
                         stacks_of.append(array("i"))
                         leaf_of.append(array("i"))
             functions.append(array("i", map(numbers.__getitem__, distinct)))
-        added = functions[first:]
-        ordinals = range(first, len(functions))
+        return self._file(found, first)
+
+    def _file(self, found: list[int], first: int) -> int:
+        """Files the stacks numbered from ordinal ``first`` on (their ids ``found``) under
+        their functions; returns the estimated bytes held then."""
+        stacks_of, leaf_of = self._stacks_of, self._leaf_of
+        added = self._functions[first:]
+        ordinals = range(first, len(self._functions))
         self._ordinals.update(zip(found, ordinals, strict=True))
         lengths = list(map(len, added))
         deque(
@@ -146,6 +295,7 @@ class FunctionIndex:
         leaves = map(leaf_of.__getitem__, map(itemgetter(0), added))
         deque(map(array.append, leaves, ordinals), maxlen=0)
         self._bytes += _STACK_BYTES * len(added) + _FRAME_BYTES * sum(lengths)
+        self.generation += 1
         return self._bytes
 
     def _by_stack(self, ordinals: list[int], values: list[int]) -> FunctionSamples:

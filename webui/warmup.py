@@ -23,7 +23,7 @@ from pathlib import Path
 from collector.query import Query
 from collector.store import StoreError
 from webui import indexfile
-from webui.functable import FunctionIndex
+from webui.functable import FunctionIndex, SavedFunctions
 from webui.model import StackIndex
 
 __all__ = ["Warmer"]
@@ -53,6 +53,7 @@ class Warmer:
         clock: Callable[[], float] = time.time,
         idle: Callable[[], bool] = lambda: True,
         index_file: Path | None = None,
+        functions_file: Path | None = None,
         save_every: float = SAVE_EVERY,
     ) -> None:
         self.query = query
@@ -65,18 +66,26 @@ class Warmer:
         self.learned = 0
         self.functions_learned = 0
         self.index_file = index_file
+        self.functions_file = functions_file if functions is not None else None
         self.save_every = save_every
         self.loaded = 0  # stacks loaded from the index file
-        self.saves = 0  # times the index was saved to it
+        self.saves = 0  # times the index was saved to its file
+        self.function_saves = 0
         self._saved_generation = index.generation
+        self._saved_functions = functions.generation if functions is not None else 0
         self._stop = threading.Event()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
 
     def start(self) -> None:
         """Starts warming in the background (first loading the index file, if any)."""
+        # Before the thread starts: a request may come first, and waits for the loads
+        # rather than read and number every stack itself.
         if self.index_file is not None:
-            self.index.loading()  # before the thread starts: a request may come first
+            self.index.loading()
+        if self.functions is not None and self.functions_file is not None:
+            # Loaded by the first table or by warming, whichever comes first.
+            self.functions.defer_load(self._read_functions, SHARE)
         try:
             self._thread.start()
         except BaseException:
@@ -118,7 +127,7 @@ class Warmer:
         finally:
             self._done.set()
         if self.index_file is not None:
-            self._keep_saved(self.index_file)
+            self._keep_saved()
 
     def _paused_or_stopped(self) -> bool:
         """Waits while a request is being served; tells whether warming was stopped."""
@@ -148,16 +157,73 @@ class Warmer:
         finally:
             self.index.loaded()
 
-    def _keep_saved(self, path: Path) -> None:
-        """Saves the index when it has learned stacks since it was loaded or saved: now,
-        then every save_every seconds while no request is served, until stopped."""
+    def _read_functions(self) -> SavedFunctions | None:
+        """Reads the function index a process saved earlier (for FunctionIndex.defer_load);
+        None if there is none it can read."""
+        assert self.functions_file is not None
+        began = time.monotonic()
+        try:
+            saved = indexfile.load_functions(self.functions_file)
+        except FileNotFoundError:
+            return None
+        except (OSError, indexfile.IndexFileError) as exc:
+            _log.warning("could not load the saved function index (numbering anew): %s", exc)
+            return None
+        _log.info(
+            "function index read with the functions of %d stacks from %s in %.2f s",
+            len(saved.ids),
+            self.functions_file,
+            time.monotonic() - began,
+        )
+        return saved
+
+    def _keep_saved(self) -> None:
+        """Saves the indexes when they have learned stacks since they were loaded or saved:
+        now, then every save_every seconds while no request is served, until stopped."""
         wait = 0.0
         while not self._stop.wait(wait):
             wait = self.save_every
-            if self.index.generation == self._saved_generation:
+            stacks = self.index.generation != self._saved_generation
+            functions = (
+                self.functions is not None
+                and self.functions_file is not None
+                and self.functions.generation != self._saved_functions
+            )
+            if not (stacks or functions):
                 continue
-            if self._paused_or_stopped() or not self._save(path):
+            if self._paused_or_stopped():
                 return
+            assert self.index_file is not None
+            if stacks and not self._save(self.index_file):
+                return
+            if functions and self.functions_file and not self._save_functions(self.functions_file):
+                return
+
+    def _save_functions(self, path: Path) -> bool:
+        """Saves the function index; tells whether saving may go on."""
+        assert self.functions is not None
+        generation = self.functions.generation
+        saved_form = self.functions.saved_form()
+        saved = indexfile.count_in(path)
+        if saved is not None and saved >= len(saved_form[0]):
+            self._saved_functions = generation  # as many saved already (see _save)
+            return True
+        began = time.monotonic()
+        try:
+            written = indexfile.save_functions(path, saved_form)
+        except OSError as exc:
+            _log.warning("could not save the function index, and will not try again: %s", exc)
+            return False
+        self._saved_functions = generation
+        self.function_saves += 1
+        _log.info(
+            "function index saved with the functions of %d stacks to %s (%.0f MB) in %.2f s",
+            len(saved_form[0]),
+            path,
+            written / 1e6,
+            time.monotonic() - began,
+        )
+        return True
 
     def _save(self, path: Path) -> bool:
         """Saves the index; tells whether saving may go on (the directory is usable)."""

@@ -1,4 +1,5 @@
-"""The stack index saved to a file by one process and loaded by the next (webui.indexfile)."""
+"""The stack and function indexes saved to files by one process and loaded by the next
+(webui.indexfile)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,16 @@ import time
 from pathlib import Path
 
 import pytest
+from test_web_functable import Reader, by_text, fleet
 from test_web_model_stackindex import Names, catalogue
 from webhelpers import T0
 
+from collector.functions import FunctionSamples
 from sampler.profile.frames import escape_frame
 from webui import indexfile
 from webui.db import Database
-from webui.model import StackIndex
+from webui.functable import FunctionIndex
+from webui.model import StackIndex, top_functions
 from webui.params import Selection
 from webui.warmup import Warmer
 
@@ -235,3 +239,109 @@ def test_a_directory_it_cannot_write_is_logged_once(fleet_url, tmp_path, caplog)
     finally:
         database.close()
     assert blocked.read_text() == "not a directory" and os.listdir(tmp_path) == ["a-file"]
+
+
+def functions_of(texts: dict[int, str]) -> FunctionIndex:
+    """A function index that has numbered the functions of every stack of ``texts``."""
+    index = FunctionIndex(Reader(texts))
+    index.table(dict.fromkeys(texts, 1))
+    return index
+
+
+def same_tables(loaded: FunctionIndex, texts: dict[int, str], seed: int) -> None:
+    rng = random.Random(seed)
+    for size in (len(texts), len(texts) // 2, 30, 3):  # by function, then stack by stack
+        counts = {sid: rng.randint(1, 9) for sid in rng.sample(sorted(texts), size)}
+        expected = FunctionSamples.of(by_text(texts, counts))
+        assert loaded.table(counts) == expected, size
+        assert top_functions(loaded.table(counts, limit=3), limit=3) == top_functions(
+            expected, limit=3
+        )
+
+
+def test_a_saved_function_index_loads_as_it_was(tmp_path):
+    texts = fleet(400) | {7: "h:%3Bx;é;\ud800 lone", 8: ""}
+    path = tmp_path / "functions.idx"
+    indexfile.save_functions(path, functions_of(texts).saved_form())
+    assert path.stat().st_mode & 0o777 == 0o600 and indexfile.count_in(path) == len(texts)
+    reader = Reader(texts)
+    loaded = FunctionIndex(reader)
+    assert loaded.load(indexfile.load_functions(path)) == len(texts)
+    same_tables(loaded, texts, seed=1)
+    assert reader.reads == []  # nothing numbered anew
+
+
+def test_saved_functions_without_the_stacks_the_store_lacked(tmp_path):
+    texts = fleet(200)
+    index = FunctionIndex(Reader(texts))
+    index.table(dict.fromkeys([*texts, 4242], 1))  # 4242: not in the store, a placeholder
+    saved = index.saved_form()
+    assert 4242 not in saved.ids and len(saved.ids) == len(texts)
+    assert len(saved.stack_counts) == 0  # the lists by function are rebuilt at load
+    loaded = FunctionIndex(Reader(texts))
+    assert loaded.load(saved) == len(texts)
+    same_tables(loaded, texts, seed=2)
+
+
+def test_saved_functions_load_as_far_as_the_bound_holds(tmp_path):
+    texts = fleet(400)
+    saved = functions_of(texts).saved_form()
+    reader = Reader(texts)
+    loaded = FunctionIndex(reader, max_bytes=40_000)
+    assert 0 < loaded.load(saved, share=0.5) < len(texts)
+    same_tables(loaded, texts, seed=3)  # what it lacks, it numbers from the text
+    assert reader.reads
+
+
+@pytest.mark.parametrize("damage", ["flipped bit", "truncated", "a length", "other version"])
+def test_a_damaged_function_file_is_refused_whole(tmp_path, damage):
+    path = tmp_path / "functions.idx"
+    indexfile.save_functions(path, functions_of(fleet(300)).saved_form())
+    data = bytearray(path.read_bytes())
+    head = len(indexfile.FUNCTIONS_MAGIC)
+    if damage == "flipped bit":
+        data[len(data) // 2] ^= 0x04
+    elif damage == "truncated":
+        data = data[:-5]
+    elif damage == "a length":
+        data[head + 7] = 0x7F  # the ids' length: far past the end of the file
+    else:
+        data[head - 2] = ord("9")
+    path.write_bytes(bytes(data))
+    with pytest.raises(indexfile.IndexFileError):
+        indexfile.load_functions(path)
+
+
+def test_saved_functions_that_do_not_hold_together_are_numbered_anew(caplog):
+    texts = fleet(100)
+    saved = functions_of(texts).saved_form()
+    broken = saved._replace(lengths=saved.lengths[:-1])
+    reader = Reader(texts)
+    loaded = FunctionIndex(reader)
+    loaded.defer_load(lambda: broken, 0.8)
+    with caplog.at_level(logging.WARNING, logger="webui.functable"):
+        same_tables(loaded, texts, seed=4)
+    assert "could not load the saved function index" in caplog.text and reader.reads
+
+
+def test_a_restarted_database_tables_its_functions_without_reading_stacks(fleet_url, tmp_path):
+    first = Database(fleet_url, warm_hours=0, index_dir=str(tmp_path), save_every=0.05)
+    try:
+        expected, _interval = first.function_samples(HOUR)
+        warmer = first.warmer
+        assert warmer is not None
+        deadline = time.monotonic() + 30
+        while warmer.function_saves == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert warmer.function_saves == 1
+    finally:
+        first.close()
+    database = Database(fleet_url, warm_hours=0, index_dir=str(tmp_path))
+    try:
+        reads: list[list[int]] = []
+        functions = database.functions
+        functions.read_lines = lambda ids: reads.append(ids) or ([], "")  # type: ignore[method-assign]
+        samples, _interval = database.function_samples(HOUR)
+        assert samples == expected and reads == [] and functions.loaded > 0
+    finally:
+        database.close()
