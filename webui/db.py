@@ -160,9 +160,15 @@ class Database:
         self.cache_entries = cache_entries
         self.stack_index_mb = stack_index_mb
         self.warm_hours = warm_hours
-        directory = os.path.expanduser(index_dir)
-        self.index_file = indexfile.path_for(directory, url) if index_dir else None
-        self.functions_file = indexfile.path_for(directory, url, "functions") if index_dir else None
+        self.index_file: Path | None = None
+        self.functions_file: Path | None = None
+        if index_dir:
+            directory = os.path.expanduser(index_dir)
+            try:
+                self.index_file = indexfile.path_for(directory, url)
+                self.functions_file = indexfile.path_for(directory, url, "functions")
+            except sa.exc.ArgumentError:
+                pass  # not a database URL: said when the store is opened
         self.save_every = save_every
         self.clock = clock
         self._lock = threading.Lock()
@@ -337,6 +343,7 @@ class Database:
         """Drops what a forked child must not share with its parent: the pool's connections,
         the warming thread (not in the child), and the locks (which it may have held)."""
         self._lock = threading.Lock()
+        self._in_flight = 0  # the parent's requests are not served here
         if self._store is not None:
             self._store.engine.sa_engine.dispose(close=False)
         self._store = self._query = self._index = self._last = self.warmer = None

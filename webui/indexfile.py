@@ -27,13 +27,17 @@ import os
 import struct
 import sys
 import tempfile
+import time
 import zlib
 from array import array
 from collections.abc import Sequence
+from itertools import islice
+from operator import le
 from pathlib import Path
 
 import sqlalchemy as sa
 
+from sampler.profile import SORT_SEPARATOR
 from webui.functable import SavedFunctions
 
 __all__ = [
@@ -43,12 +47,15 @@ __all__ = [
     "load",
     "load_functions",
     "path_for",
+    "remove_stale_temporaries",
     "save",
     "save_functions",
 ]
 
-MAGIC = b"fleetflame stack index 1\n"
+# The version, and the separator sort keys are made with: keys made otherwise are not loaded.
+MAGIC = b"fleetflame stack index 1 " + SORT_SEPARATOR.encode() + b"\n"
 FUNCTIONS_MAGIC = b"fleetflame function index 1\n"
+STALE_TEMPORARY = 600.0  # seconds after which a temporary file left by a killed save is removed
 BLOCK = 50_000
 _COUNT = struct.Struct("<Q")
 _BLOCK_COUNT = struct.Struct("<I")
@@ -126,11 +133,31 @@ def _replace(path: Path, write) -> int:  # type: ignore[no-untyped-def]
         with os.fdopen(fd, "wb") as out:
             write(out)
             written = out.tell()
+            out.flush()
+            os.fsync(out.fileno())  # on disk before it replaces the old file
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
     return written
+
+
+def remove_stale_temporaries(path: Path, older_than: float = STALE_TEMPORARY) -> int:
+    """Removes the temporary files of saves of ``path`` that were killed (a process stopped
+    in the middle), once they are ``older_than`` seconds; returns how many."""
+    removed = 0
+    cutoff = time.time() - older_than
+    try:
+        for temporary in path.parent.glob(f"{path.name}*.tmp"):
+            try:
+                if temporary.stat().st_mtime < cutoff:
+                    temporary.unlink()
+                    removed += 1
+            except FileNotFoundError:
+                pass  # another process removed it, or finished its save
+    except OSError:
+        pass  # no directory yet, or not readable: nothing to remove
+    return removed
 
 
 def _packed(typecode: str, values: Sequence[int]) -> bytes:
@@ -210,17 +237,20 @@ def load(path: Path, max_chars: float = float("inf")) -> tuple[list[str], list[i
         if len(head) != len(MAGIC) + _COUNT.size or not head.startswith(MAGIC):
             raise IndexFileError(f"{path}: not a stack index of this version")
         total = _COUNT.unpack_from(head, len(MAGIC))[0]
-        while True:
+        while chars < max_chars:  # as far as the bound holds: the rest is not read
             block_keys, block_ids, length = _read_block(f, path)
-            if not block_ids:
+            if not block_ids:  # the end block
+                if len(ids) != total:
+                    raise IndexFileError(f"{path}: {len(ids)} stacks, its header says {total}")
                 break
             keys += block_keys
             ids += block_ids
             chars += length  # bytes: at least as many as characters
-            if chars >= max_chars:
-                return keys, ids
-    if len(ids) != total:
-        raise IndexFileError(f"{path}: holds {len(ids)} stacks, its header says {total}")
+    # What the index relies on, checked (~40 ms for 200,000 stacks).
+    if not all(map(le, keys, islice(keys, 1, None))):
+        raise IndexFileError(f"{path}: its keys are not in order")
+    if len(set(ids)) != len(ids):
+        raise IndexFileError(f"{path}: a stack twice")
     return keys, ids
 
 

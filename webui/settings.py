@@ -130,10 +130,10 @@ SETTINGS: tuple[Setting, ...] = declare(
         "index_dir",
         string,
         "~/.cache/fleetflame",
-        "Directory where each process saves its stack index (the sorted text of the stacks it "
-        "has read, one file per database, readable by its owner only) and loads it from at "
-        "start, before warming: a restarted server's first view of many stacks need not read "
-        "and sort them all; empty: off.",
+        "Directory where each process saves its stack and function indexes (the sorted text "
+        "of the stacks it has read and their functions, two files per database, readable by "
+        "their owner only) and loads them from at start: a restarted server's first view and "
+        "function table of many stacks need not read, sort and number them all; empty: off.",
     ),
 )
 

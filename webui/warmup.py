@@ -73,6 +73,8 @@ class Warmer:
         self.function_saves = 0
         self._saved_generation = index.generation
         self._saved_functions = functions.generation if functions is not None else 0
+        # Files that could not be read: replaced at the next save, however many they hold.
+        self._unreadable: set[Path] = set()
         self._stop = threading.Event()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
@@ -105,6 +107,9 @@ class Warmer:
                 _log.warning("stack index warm-up still running %g s after it was stopped", timeout)
 
     def _run(self) -> None:
+        for path in (self.index_file, self.functions_file):
+            if path is not None:
+                indexfile.remove_stale_temporaries(path)
         if self.index_file is not None:
             self._load(self.index_file)
         began = time.monotonic()
@@ -152,8 +157,10 @@ class Warmer:
             pass  # nothing saved yet
         except (OSError, indexfile.IndexFileError) as exc:
             _log.warning("could not load the saved stack index (warming without it): %s", exc)
+            self._unreadable.add(path)
         except Exception:
             _log.exception("could not load the saved stack index")
+            self._unreadable.add(path)
         finally:
             self.index.loaded()
 
@@ -168,6 +175,7 @@ class Warmer:
             return None
         except (OSError, indexfile.IndexFileError) as exc:
             _log.warning("could not load the saved function index (numbering anew): %s", exc)
+            self._unreadable.add(self.functions_file)
             return None
         _log.info(
             "function index read with the functions of %d stacks from %s in %.2f s",
@@ -204,7 +212,7 @@ class Warmer:
         assert self.functions is not None
         generation = self.functions.generation
         saved_form = self.functions.saved_form()
-        saved = indexfile.count_in(path)
+        saved = None if path in self._unreadable else indexfile.count_in(path)
         if saved is not None and saved >= len(saved_form[0]):
             self._saved_functions = generation  # as many saved already (see _save)
             return True
@@ -215,6 +223,7 @@ class Warmer:
             _log.warning("could not save the function index, and will not try again: %s", exc)
             return False
         self._saved_functions = generation
+        self._unreadable.discard(path)
         self.function_saves += 1
         _log.info(
             "function index saved with the functions of %d stacks to %s (%.0f MB) in %.2f s",
@@ -238,7 +247,7 @@ class Warmer:
         if unknown:
             keys = [key for i, key in enumerate(keys) if i not in unknown]
             ids = [sid for i, sid in enumerate(ids) if i not in unknown]
-        saved = indexfile.count_in(path)
+        saved = None if path in self._unreadable else indexfile.count_in(path)
         if saved is not None and saved >= len(ids):
             # As many stacks saved already: by this process's start, or by a sibling worker
             # warmed as far (each would otherwise write the same file in turn).
@@ -251,6 +260,7 @@ class Warmer:
             _log.warning("could not save the stack index, and will not try again: %s", exc)
             return False
         self._saved_generation = generation
+        self._unreadable.discard(path)
         self.saves += 1
         _log.info(
             "stack index saved with %d stacks to %s (%.0f MB) in %.2f s",

@@ -345,3 +345,84 @@ def test_a_restarted_database_tables_its_functions_without_reading_stacks(fleet_
         assert samples == expected and reads == [] and functions.loaded > 0
     finally:
         database.close()
+
+
+@pytest.mark.parametrize("flaw", ["out of order", "a stack twice"])
+def test_a_file_the_index_could_not_rely_on_is_refused(tmp_path, flaw):
+    keys, ids = learned_index(catalogue(random.Random(8), 100)).known()
+    if flaw == "out of order":
+        keys = [keys[1], keys[0], *keys[2:]]
+    else:
+        ids = [ids[1], *ids[1:]]
+    path = tmp_path / "stacks.idx"
+    indexfile.save(path, keys, ids)  # written whole, its CRCs right: refused for what it says
+    with pytest.raises(indexfile.IndexFileError, match=flaw.split()[-1]):
+        indexfile.load(path)
+
+
+def test_temporary_files_of_killed_saves_are_removed_once_old(tmp_path):
+    path = tmp_path / "stacks-1.idx"
+    old, fresh, other = (
+        tmp_path / name for name in ("stacks-1.idxab.tmp", "stacks-1.idxcd.tmp", "x.tmp")
+    )
+    for temporary in (old, fresh, other):
+        temporary.write_bytes(b"half a save")
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    os.utime(other, (time.time() - 3600, time.time() - 3600))
+    assert indexfile.remove_stale_temporaries(path) == 1
+    assert not old.exists() and fresh.exists() and other.exists()
+    assert indexfile.remove_stale_temporaries(tmp_path / "nowhere" / "stacks-1.idx") == 0
+
+
+def test_an_unreadable_file_is_replaced_at_the_next_save(fleet_url, tmp_path, caplog):
+    saved_database(fleet_url, tmp_path)
+    (path,) = tmp_path.glob("stacks-*.idx")
+    # A header that claims more stacks than any index will hold, over a body that is damaged.
+    data = bytearray(path.read_bytes())
+    data[len(indexfile.MAGIC)] = 0xFF
+    data[-30] ^= 0xFF
+    path.write_bytes(bytes(data))
+    database = Database(fleet_url, warm_hours=2, index_dir=str(tmp_path), save_every=0.05)
+    database.clock = lambda: T0 + 5400
+    try:
+        with caplog.at_level(logging.WARNING, logger="webui.warmup"):
+            database.open()
+            warmer = database.warmer
+            assert warmer is not None and warmer.wait(30) and warmer.learned > 0
+            deadline = time.monotonic() + 30
+            while warmer.saves == 0 and time.monotonic() < deadline:
+                time.sleep(0.02)
+        assert warmer.saves == 1 and "could not load the saved stack index" in caplog.text
+        assert indexfile.load(path)[1] == database.index.known()[1]
+    finally:
+        database.close()
+
+
+@pytest.mark.parametrize("flaw", ["function number", "stack ordinal", "negative"])
+def test_saved_functions_pointing_past_the_end_are_numbered_anew(flaw, caplog):
+    texts = fleet(200)
+    saved = functions_of(texts).saved_form()
+    if flaw == "function number":
+        numbers = saved.numbers[:]
+        numbers[5] = len(saved.names) + 3
+        saved = saved._replace(numbers=numbers)
+    elif flaw == "stack ordinal":
+        stacks = saved.stacks[:]
+        stacks[-1] = len(saved.ids) + 7
+        saved = saved._replace(stacks=stacks)
+    else:
+        stacks = saved.stacks[:]
+        stacks[0] = -1
+        saved = saved._replace(stacks=stacks)
+    loaded = FunctionIndex(Reader(texts))
+    loaded.defer_load(lambda: saved, 0.8)
+    with caplog.at_level(logging.WARNING, logger="webui.functable"):
+        same_tables(loaded, texts, seed=5)
+        for sid, text in texts.items():  # each stack alone: counted stack by stack
+            assert loaded.table({sid: 2}) == FunctionSamples.of({text: 2})
+    assert "numbering anew" in caplog.text
+
+
+def test_a_url_that_is_not_one_leaves_the_index_unsaved(tmp_path):
+    database = Database("not a url", index_dir=str(tmp_path))
+    assert database.index_file is None and database.functions_file is None

@@ -107,6 +107,7 @@ def test_a_forked_child_opens_its_own_store_and_warms_again(fleet_url):
     try:
         database.open()
         assert database.warmer is not None and database.warmer.wait(30)
+        database.serving(+1)  # forked while serving: the child serves none of it
         pid = os.fork()
         if pid == 0:  # the child: report by exit status only
             ok = False
@@ -119,6 +120,7 @@ def test_a_forked_child_opens_its_own_store_and_warms_again(fleet_url):
                 ok = ok and sum(database.profile(Selection(T0, T0 + 3600)).values()) > 0
             finally:
                 os._exit(0 if ok else 1)
+        database.serving(-1)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
         # The parent's connections still work: the child did not close them.
