@@ -77,9 +77,9 @@ def test_the_demo_runs_headless_shows_the_regression_and_stops_cleanly(tmp_path)
     proc, state = _run_demo(
         var,
         "--duration",
-        "36",
+        "30",
         "--deploy-after",
-        "16",
+        "14",
         "--poll-interval",
         "1",
         "--rate",
