@@ -91,15 +91,19 @@ def bench_server(url: str, bucket: int, runs: int) -> dict[str, list[float]]:
     def note(name: str, value: float) -> None:
         out.setdefault(name, []).append(value)
 
+    def first_requests(server: WebServer, case: str) -> None:
+        """The graph and the table of the first window, asked as soon as the server answers."""
+        server.wait()
+        ms, cpu, _ = server.get(f"/api/flamegraph?from={bucket}&to={bucket + 60}")
+        note(f"flamegraph, {case}", ms)
+        note(f"flamegraph, {case}, server CPU", cpu)
+        ms, cpu, _ = server.get(f"/api/top?from={bucket}&to={bucket + 60}")
+        note(f"top, {case}", ms)
+
     for run in range(runs):
         index_dir = tempfile.TemporaryDirectory()
         with WebServer(url, index_dir=index_dir.name) as server:
-            server.wait()
-            ms, cpu, _ = server.get(f"/api/flamegraph?from={bucket}&to={bucket + 60}")
-            note("flamegraph, fresh server (cold index)", ms)
-            note("flamegraph, fresh server, server CPU", cpu)
-            ms, cpu, _ = server.get(f"/api/top?from={bucket}&to={bucket + 60}")
-            note("top, fresh server", ms)
+            first_requests(server, "fresh server (no index file)")
             server.warmed()
             for k in range(3):  # windows with the same stacks, never asked before
                 window = f"from={bucket}&to={bucket + 61 + k + 10 * run}"
@@ -116,12 +120,7 @@ def bench_server(url: str, bucket: int, runs: int) -> dict[str, list[float]]:
                 raise RuntimeError("the server did not save its indexes")
         drop_from_index_file(index_dir.name, 0.01)
         with WebServer(url, index_dir=index_dir.name) as server:
-            server.wait()
-            ms, cpu, _ = server.get(f"/api/flamegraph?from={bucket}&to={bucket + 60}")
-            note("flamegraph, restarted, index file lacking 1%", ms)
-            note("flamegraph, restarted, index file lacking 1%, server CPU", cpu)
-            ms, cpu, _ = server.get(f"/api/top?from={bucket}&to={bucket + 60}")
-            note("top, restarted (saved function index)", ms)
+            first_requests(server, "restarted, index files (stacks lacking 1%)")
         index_dir.cleanup()
     return out
 

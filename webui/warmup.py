@@ -211,31 +211,17 @@ class Warmer:
         """Saves the function index; tells whether saving may go on."""
         assert self.functions is not None
         generation = self.functions.generation
-        saved_form = self.functions.saved_form()
-        saved = None if path in self._unreadable else indexfile.count_in(path)
-        if saved is not None and saved >= len(saved_form[0]):
-            self._saved_functions = generation  # as many saved already (see _save)
-            return True
-        began = time.monotonic()
-        try:
-            written = indexfile.save_functions(path, saved_form)
-        except OSError as exc:
-            _log.warning("could not save the function index, and will not try again: %s", exc)
-            return False
-        self._saved_functions = generation
-        self._unreadable.discard(path)
-        self.function_saves += 1
-        _log.info(
-            "function index saved with the functions of %d stacks to %s (%.0f MB) in %.2f s",
-            len(saved_form[0]),
-            path,
-            written / 1e6,
-            time.monotonic() - began,
+        saved = self.functions.saved_form()
+        done = self._write(
+            path, "function index", len(saved.ids), lambda: indexfile.save_functions(path, saved)
         )
-        return True
+        if done is not False:
+            self._saved_functions = generation
+            self.function_saves += bool(done)
+        return done is not False
 
     def _save(self, path: Path) -> bool:
-        """Saves the index; tells whether saving may go on (the directory is usable)."""
+        """Saves the stack index; tells whether saving may go on."""
         generation = self.index.generation
         keys, ids = self.index.known()
         # Stacks the store did not have are known by a placeholder: never saved as names.
@@ -247,24 +233,32 @@ class Warmer:
         if unknown:
             keys = [key for i, key in enumerate(keys) if i not in unknown]
             ids = [sid for i, sid in enumerate(ids) if i not in unknown]
-        saved = None if path in self._unreadable else indexfile.count_in(path)
-        if saved is not None and saved >= len(ids):
-            # As many stacks saved already: by this process's start, or by a sibling worker
-            # warmed as far (each would otherwise write the same file in turn).
+        done = self._write(path, "stack index", len(ids), lambda: indexfile.save(path, keys, ids))
+        if done is not False:
             self._saved_generation = generation
-            return True
+            self.saves += bool(done)
+        return done is not False
+
+    def _write(self, path: Path, what: str, stacks: int, write: Callable[[], int]) -> bool | None:
+        """Writes an index of ``stacks`` stacks to ``path`` with ``write()``, unless the file
+        holds as many already: by this process's start, or by a sibling worker warmed as far
+        (each would otherwise write the same file in turn). Returns True when written, None
+        when not needed, False when the directory cannot be written (logged; not tried
+        again)."""
+        saved = None if path in self._unreadable else indexfile.count_in(path)
+        if saved is not None and saved >= stacks:
+            return None
         began = time.monotonic()
         try:
-            written = indexfile.save(path, keys, ids)
+            written = write()
         except OSError as exc:
-            _log.warning("could not save the stack index, and will not try again: %s", exc)
+            _log.warning("could not save the %s, and will not try again: %s", what, exc)
             return False
-        self._saved_generation = generation
         self._unreadable.discard(path)
-        self.saves += 1
         _log.info(
-            "stack index saved with %d stacks to %s (%.0f MB) in %.2f s",
-            len(ids),
+            "%s saved with %d stacks to %s (%.0f MB) in %.2f s",
+            what,
+            stacks,
             path,
             written / 1e6,
             time.monotonic() - began,

@@ -114,6 +114,14 @@ def test_the_file_is_named_by_the_database_without_its_password(tmp_path):
     assert first == second != third and "secret" not in str(first)
 
 
+def eventually(value, timeout: float = 30):  # type: ignore[no-untyped-def]
+    """Returns ``value()`` once it is true, or its last value after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (found := value()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return found
+
+
 def reads_of(index: StackIndex) -> list[list[int]]:
     reads: list[list[int]] = []
     real = index.read_lines
@@ -127,11 +135,7 @@ def saved_database(url: str, index_dir: Path) -> None:
     try:
         database.profile(HOUR)  # its stacks are learned after warming (none): saved later
         warmer = database.warmer
-        assert warmer is not None
-        deadline = time.monotonic() + 30
-        while warmer.saves == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert warmer.saves == 1
+        assert warmer is not None and eventually(lambda: warmer.saves) == 1
     finally:
         database.close()
 
@@ -158,16 +162,8 @@ def test_a_restarted_database_begins_with_the_saved_index(fleet_url, tmp_path, c
         expected.close()
 
 
-def test_a_request_during_the_load_waits_for_it(sqlite_url, tmp_path, monkeypatch):
-    from webhelpers import fleet_rows
-
-    from collector.store import Store
-
-    store = Store(sqlite_url)
-    store.migrate()
-    store.write(fleet_rows())
-    store.close()
-    saved_database(sqlite_url, tmp_path)
+def test_a_request_during_the_load_waits_for_it(fleet_url, tmp_path, monkeypatch):
+    saved_database(fleet_url, tmp_path)
     real = indexfile.load
 
     def slow_load(path, max_chars=float("inf")):  # type: ignore[no-untyped-def]
@@ -175,7 +171,7 @@ def test_a_request_during_the_load_waits_for_it(sqlite_url, tmp_path, monkeypatc
         return real(path, max_chars)
 
     monkeypatch.setattr(indexfile, "load", slow_load)
-    database = Database(sqlite_url, warm_hours=0, index_dir=str(tmp_path))
+    database = Database(fleet_url, warm_hours=0, index_dir=str(tmp_path))
     try:
         reads = reads_of(database.index)  # opens it: the load begins
         began = time.monotonic()
@@ -185,7 +181,7 @@ def test_a_request_during_the_load_waits_for_it(sqlite_url, tmp_path, monkeypatc
         database.close()
 
 
-def test_stacks_the_store_lacks_are_not_saved(sqlite_url, tmp_path):
+def test_stacks_the_store_lacks_are_not_saved(tmp_path):
     names = catalogue(random.Random(6), 50)
     index = StackIndex(Names(names))
     missing = 4242
@@ -229,9 +225,7 @@ def test_a_directory_it_cannot_write_is_logged_once(fleet_url, tmp_path, caplog)
     try:
         with caplog.at_level(logging.WARNING, logger="webui.warmup"):
             assert sum(database.profile(HOUR).values()) > 0
-            deadline = time.monotonic() + 10
-            while "could not save" not in caplog.text and time.monotonic() < deadline:
-                time.sleep(0.02)
+            assert eventually(lambda: "could not save" in caplog.text, timeout=10)
             database.profile(Selection(T0 + 60, T0 + 120))
             time.sleep(0.2)
         assert caplog.text.count("could not save the stack index") == 1
@@ -329,11 +323,7 @@ def test_a_restarted_database_tables_its_functions_without_reading_stacks(fleet_
     try:
         expected, _interval = first.function_samples(HOUR)
         warmer = first.warmer
-        assert warmer is not None
-        deadline = time.monotonic() + 30
-        while warmer.function_saves == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert warmer.function_saves == 1
+        assert warmer is not None and eventually(lambda: warmer.function_saves) == 1
     finally:
         first.close()
     database = Database(fleet_url, warm_hours=0, index_dir=str(tmp_path))
@@ -389,10 +379,8 @@ def test_an_unreadable_file_is_replaced_at_the_next_save(fleet_url, tmp_path, ca
             database.open()
             warmer = database.warmer
             assert warmer is not None and warmer.wait(30) and warmer.learned > 0
-            deadline = time.monotonic() + 30
-            while warmer.saves == 0 and time.monotonic() < deadline:
-                time.sleep(0.02)
-        assert warmer.saves == 1 and "could not load the saved stack index" in caplog.text
+            assert eventually(lambda: warmer.saves) == 1
+        assert "could not load the saved stack index" in caplog.text
         assert indexfile.load(path)[1] == database.index.known()[1]
     finally:
         database.close()
