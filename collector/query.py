@@ -33,10 +33,15 @@ from collector.store.store import Store
 from collector.store.tiers import Segment, TierState, plan
 from sampler.profile import Node, Profile, build_tree, rescale
 
-__all__ = ["Filters", "FunctionStat", "Query", "StackCounts"]
+__all__ = ["Filters", "FunctionStat", "Query", "StackCounts", "unknown_stack"]
 
 _STACK_CACHE_LIMIT = 1_000_000
 EVERYTHING = Filters()  # no filter: every series of a mode (cpu)
+
+
+def unknown_stack(stack_id: int) -> str:
+    """The name shown for a stack id the store has no text for (one frame)."""
+    return f"[unknown stack {stack_id}]"
 
 
 @dataclass(frozen=True)
@@ -251,7 +256,7 @@ class Query:
         known.update(self.store.engine.stack_texts(conn, [s for s in wanted if s not in known]))
         # Entries are never removed from `known` (the cache is replaced whole), so this is safe
         # while other threads add to it.
-        return {sid: known[sid] if sid in known else f"[unknown stack {sid}]" for sid in wanted}
+        return {sid: known[sid] if sid in known else unknown_stack(sid) for sid in wanted}
 
 
 def _values_by_key(

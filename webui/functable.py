@@ -26,6 +26,7 @@ from operator import itemgetter
 from typing import NamedTuple
 
 from collector.functions import FunctionSamples, count_frames
+from collector.query import unknown_stack
 from sampler.profile import SEPARATOR
 
 __all__ = ["FunctionIndex", "SavedFunctions"]
@@ -160,12 +161,6 @@ class FunctionIndex:
         with self._lock:
             self._pending = (read, share)
 
-    def load_pending(self) -> int:
-        """Loads the functions deferred by defer_load(), if not done yet; returns how many
-        stacks' functions were loaded."""
-        with self._lock:
-            return self._load_pending()
-
     def _load_pending(self) -> int:
         pending, self._pending = self._pending, None
         if pending is None:
@@ -195,7 +190,7 @@ class FunctionIndex:
         kept = [
             o
             for o, numbers in enumerate(functions)
-            if len(numbers) != 1 or names[numbers[0]] != f"[unknown stack {ids[o]}]"
+            if len(numbers) != 1 or names[numbers[0]] != unknown_stack(ids[o])
         ]
         if len(kept) < len(ids):
             ids = [ids[o] for o in kept]
@@ -284,7 +279,7 @@ class FunctionIndex:
         found, lines = self.read_lines(new)
         texts = lines.split("\n") if found else []
         missing = sorted(set(new) - set(found))
-        return found + missing, texts + [f"[unknown stack {sid}]" for sid in missing]
+        return found + missing, texts + list(map(unknown_stack, missing))
 
     def _add(self, found: list[int], texts: list[str]) -> int:
         """Numbers stacks and their functions; returns the estimated bytes held then.

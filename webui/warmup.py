@@ -223,16 +223,7 @@ class Warmer:
     def _save(self, path: Path) -> bool:
         """Saves the stack index; tells whether saving may go on."""
         generation = self.index.generation
-        keys, ids = self.index.known()
-        # Stacks the store did not have are known by a placeholder: never saved as names.
-        unknown = {
-            i
-            for i, key in enumerate(keys)
-            if key.startswith("[unknown stack ") and key == f"[unknown stack {ids[i]}]"
-        }
-        if unknown:
-            keys = [key for i, key in enumerate(keys) if i not in unknown]
-            ids = [sid for i, sid in enumerate(ids) if i not in unknown]
+        keys, ids = self.index.saved_form()
         done = self._write(path, "stack index", len(ids), lambda: indexfile.save(path, keys, ids))
         if done is not False:
             self._saved_generation = generation

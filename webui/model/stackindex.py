@@ -16,6 +16,7 @@ from itertools import accumulate, compress
 from operator import itemgetter
 
 from collector.functions import FunctionSamples, count_frames
+from collector.query import unknown_stack
 from sampler.profile import (
     SORT_SEPARATOR,
     Bounds,
@@ -88,6 +89,20 @@ class StackIndex:
         """Returns the sort keys of the stacks known, in order, and their ids (do not modify
         them: they are the index's own, replaced whole as it learns)."""
         keys, ids, _, _ = self._state
+        return keys, ids
+
+    def saved_form(self) -> tuple[list[str], list[int]]:
+        """Returns what load() takes: known() without the stacks the store did not have
+        (named by a placeholder, which must not outlive this process)."""
+        keys, ids = self.known()
+        unknown = {
+            i
+            for i, key in enumerate(keys)
+            if key.startswith("[unknown stack ") and key == unknown_stack(ids[i])
+        }
+        if unknown:
+            keys = [key for i, key in enumerate(keys) if i not in unknown]
+            ids = [sid for i, sid in enumerate(ids) if i not in unknown]
         return keys, ids
 
     def loading(self) -> None:
@@ -234,7 +249,7 @@ class StackIndex:
             known = set(found)
             missing = [sid for sid in ids if sid not in known]
             found = found + missing
-            keys = keys + [sort_key(f"[unknown stack {sid}]") for sid in missing]
+            keys = keys + [sort_key(unknown_stack(sid)) for sid in missing]
         return _in_order(keys, found)
 
     def _learn(self, ids: list[int]) -> _State:
