@@ -195,3 +195,12 @@ def test_the_users_sampler_variables_do_not_leak_into_the_demo(monkeypatch) -> N
     env = fleet.inherited_env()
     assert "FLEETFLAME_HOST" not in env and "FLEETFLAME_PORT" not in env
     assert env["FLEETFLAME_MODE"] == "wall" and env["FLEETFLAME_COLLECTOR_POLL_INTERVAL"] == "5"
+
+
+def test_the_web_ui_keeps_its_saved_indexes_in_the_demo_folder(tmp_path) -> None:
+    from demoshop import configs
+    from webui.settings import read_config_file
+
+    values = read_config_file(configs.write_web_config(tmp_path))
+    assert values["database_url"] == configs.database_url(tmp_path)
+    assert values["index_dir"] == str(tmp_path / "index")  # not the user's cache directory

@@ -44,9 +44,11 @@ web_url = {_toml_str(f"http://{ports.HOST}:{plan.web_ui}")}
 
 
 def write_web_config(var: Path) -> Path:
-    """Writes var/demo/webui.toml: read the demo's store (host and port go on the command line)."""
+    """Writes var/demo/webui.toml: read the demo's store (host and port go on the command line)
+    and keep the saved stack indexes beside it."""
     text = f"""# Written by the demo (deploy/demo).
 database_url = {_toml_str(database_url(var))}
 title = "fleetflame demo"
+index_dir = {_toml_str(str(var / "index"))}
 """
     return _write(var / "webui.toml", text)

@@ -106,7 +106,8 @@ class Demo:
                 for suffix in ("", "-wal", "-shm", "-journal"):
                     with contextlib.suppress(FileNotFoundError):
                         (self.var / (name + suffix)).unlink()
-            shutil.rmtree(self.var / "logs", ignore_errors=True)
+            for folder in ("logs", "index"):
+                shutil.rmtree(self.var / folder, ignore_errors=True)
         if self.options.base_port == "auto":
             plan = ports.find_free_plan()
         else:
