@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sampler.settings import boolean
+
 ENV_PREFIX = "FLEETFLAME_DEMO_"
 
 
@@ -69,15 +71,6 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 
-def _parse_bool(text: str) -> bool:
-    value = text.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"expected true or false, got {text!r}")
-
-
 def parse_args(
     argv: Sequence[str] | None, environ: Mapping[str, str] | None = None
 ) -> argparse.Namespace:
@@ -92,7 +85,7 @@ def parse_args(
         if setting.env_var in environ:
             raw = environ[setting.env_var]
             try:
-                default = _parse_bool(raw) if setting.type is bool else setting.type(raw)
+                default = boolean(raw) if setting.type is bool else setting.type(raw)
             except ValueError:
                 parser.error(f"{setting.env_var}={raw!r}: expected a {setting.type.__name__}")
         if setting.type is bool:
