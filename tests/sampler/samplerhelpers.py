@@ -61,6 +61,13 @@ def run_sampled(
     return parse_folded(out.read_text())
 
 
+def run_python(*args: str) -> subprocess.CompletedProcess[str]:
+    """Runs a child Python with ``args`` (60 s at most), its output captured; fails if it fails."""
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=60, env=env(), check=True
+    )
+
+
 def share(counts: dict[str, int], name: str, among: tuple[str, ...]) -> float:
     """Percentage of the samples in stacks containing any of ``among`` that contain ``name``."""
 

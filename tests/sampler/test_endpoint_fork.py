@@ -4,11 +4,9 @@ import json
 import logging
 import os
 import socket
-import subprocess
-import sys
 
 import pytest
-from samplerhelpers import env, free_port, get_json
+from samplerhelpers import free_port, get_json, run_python
 
 import sampler
 from sampler._server import CHILD_PORT_TRIES, start_server
@@ -115,14 +113,7 @@ sampler.stop()
 
 def test_a_forked_child_of_a_single_port_sampler_serves_its_own_profile():
     port = free_port()
-    run = subprocess.run(
-        [sys.executable, "-c", FORKER, str(port)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env(),
-        check=True,
-    )
+    run = run_python("-c", FORKER, str(port))
     found = json.loads(run.stdout)
     child = found["child"]
     assert found["parent"] == f"http://127.0.0.1:{port}"

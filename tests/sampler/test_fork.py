@@ -8,7 +8,16 @@ import sys
 import time
 
 import pytest
-from samplerhelpers import ENGINES, WORKLOADS, env, free_port, get, get_json, wait_for
+from samplerhelpers import (
+    ENGINES,
+    WORKLOADS,
+    env,
+    free_port,
+    get,
+    get_json,
+    run_python,
+    wait_for,
+)
 
 
 def frames_of(doc):
@@ -18,14 +27,7 @@ def frames_of(doc):
 @pytest.mark.parametrize("engine", ENGINES)
 def test_fork_child_has_fresh_identity_counts_and_endpoint(engine):
     port = free_port()
-    out = subprocess.run(
-        [sys.executable, str(WORKLOADS / "forker.py"), f"{port}-{port + 10}", engine],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env(),
-        check=True,
-    )
+    out = run_python(str(WORKLOADS / "forker.py"), f"{port}-{port + 10}", engine)
     docs = json.loads(out.stdout)
     parent, child = docs["parent"], docs["child"]
     assert parent["instance"]["id"] != child["instance"]["id"]

@@ -4,10 +4,7 @@ A deterministic check of what a fresh interpreter has imported, not a timing (th
 in bench/bench_endpoint.py).
 """
 
-import subprocess
-import sys
-
-from samplerhelpers import env
+from samplerhelpers import run_python
 
 SERVER_CODE = ("http.server", "wsgiref", "email", "json", "xml", "socketserver", "sampler._server")
 # Costly modules the sampler imports only where it uses them (each ~2-8 ms at import).
@@ -23,15 +20,7 @@ print(*(m for m in sys.modules if m in wanted or m.startswith(tuple(w + "." for 
 
 def loaded_after(code, wanted=SERVER_CODE):
     """Returns the modules of ``wanted`` a fresh interpreter has loaded after running ``code``."""
-    run = subprocess.run(
-        [sys.executable, "-c", LOADED.format(code=code, wanted=wanted)],
-        capture_output=True,
-        text=True,
-        env=env(),
-        timeout=60,
-        check=True,
-    )
-    return set(run.stdout.split())
+    return set(run_python("-c", LOADED.format(code=code, wanted=wanted)).stdout.split())
 
 
 def test_the_interpreter_alone_loads_none_of_them():

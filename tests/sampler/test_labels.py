@@ -1,26 +1,16 @@
 """Labels from sampler.tag / sampler.tagged travel with their samples into /profile.json."""
 
 import json
-import subprocess
-import sys
 
 import pytest
-from samplerhelpers import ENGINES, WORKLOADS, env
+from samplerhelpers import ENGINES, WORKLOADS, run_python
 
 import sampler
 
 
 @pytest.fixture(scope="module", params=ENGINES)
 def doc(request):
-    out = subprocess.run(
-        [sys.executable, str(WORKLOADS / "labelled.py"), request.param],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env(),
-        check=True,
-    )
-    return json.loads(out.stdout)
+    return json.loads(run_python(str(WORKLOADS / "labelled.py"), request.param).stdout)
 
 
 def samples_by_labels(doc, leaf, ends=""):

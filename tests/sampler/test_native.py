@@ -15,7 +15,7 @@ import threading
 import time
 
 import pytest
-from samplerhelpers import WORKLOADS, env
+from samplerhelpers import WORKLOADS, env, run_python
 
 import sampler
 from sampler._engine_native import unavailable
@@ -236,9 +236,7 @@ def test_engine_native_fails_clearly_and_auto_falls_back_where_it_cannot_load(tm
         "info = s.info(); sampler.stop()\n"
         "print(json.dumps([info['engine'], info['engine_reason']]))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env(), check=True
-    ).stdout.splitlines()
+    out = run_python("-c", script).stdout.splitlines()
     assert "engine='native' cannot run here" in out[0] and "not built" in out[0]
     assert '["python", "the native engine is not built' in out[1]
 
