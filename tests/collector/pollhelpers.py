@@ -10,6 +10,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -358,6 +360,26 @@ class Worker:
         self.proc.wait(10)
         if self.proc.stdout:
             self.proc.stdout.close()
+
+
+@contextmanager
+def ready_worker(script: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """Runs ``script`` with a free port as its argument until it prints "ready"; yields the
+    process and the port, and kills the process on the way out."""
+    port = closed_port()
+    process = subprocess.Popen(
+        [sys.executable, "-c", script, str(port)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    try:
+        assert process.stdout.readline().strip() == "ready"
+        yield process, port
+    finally:
+        process.kill()
+        process.wait()
+        process.stdout.close()
 
 
 def folded_by_instance(doc: dict[str, Any]) -> dict[str, int]:

@@ -9,14 +9,11 @@ requests with their percentiles and the slow path in the slowest 1%'s stacks.
 """
 
 import json
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from pollhelpers import ready_worker
 
 from collector.store import Store, schema
 from collector.targets import Target
@@ -25,8 +22,6 @@ from sampler._engine_native import unavailable
 from sampler._sketch import Sketch
 
 NATIVE = unavailable() is None
-
-ROOT = Path(__file__).resolve().parents[2]
 
 WORKER = r"""
 import asyncio, sys, time, wsgiref.util
@@ -77,29 +72,11 @@ time.sleep(120)
 """
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def worker():
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-c", WORKER, str(port)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-    )
-    try:
-        assert process.stdout.readline().strip() == "ready"
+    with ready_worker(WORKER) as (_, port):
         time.sleep(0.5)  # the recorder's batch
         yield Target("127.0.0.1", port)
-    finally:
-        process.kill()
-        process.wait()
-        process.stdout.close()
 
 
 def test_stalls_and_requests_are_stored_once_and_served(worker, db_url):

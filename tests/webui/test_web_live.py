@@ -1,8 +1,6 @@
 """The worker view's /api/live: a real worker, polled once by a real collector, then recorded
 live through the web UI; only instances the collector polls are reachable."""
 
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -12,7 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "collector"))
 
-from pollhelpers import collector_settings  # noqa: E402
+from pollhelpers import collector_settings, ready_worker  # noqa: E402
 
 from collector.service import Collector  # noqa: E402
 
@@ -36,24 +34,10 @@ while True:
 """
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def polled(tmp_path_factory):
     """A database the collector polled a live worker into, and the worker's instance id."""
-    port = free_port()
-    worker = subprocess.Popen(
-        [sys.executable, "-c", WORKER, str(port)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-    )
-    try:
-        assert worker.stdout.readline().strip() == "ready"
+    with ready_worker(WORKER) as (worker, port):
         time.sleep(0.3)
         url = f"sqlite:///{tmp_path_factory.mktemp('live') / 'fleetflame.db'}"
         collector = Collector(collector_settings(url, [f"127.0.0.1:{port}"]))
@@ -71,10 +55,6 @@ def polled(tmp_path_factory):
 
             (instance,) = conn.execute(sa.select(schema.cursor_targets.c.instance)).scalars()
         yield url, instance, worker
-    finally:
-        worker.kill()
-        worker.wait()
-        worker.stdout.close()
 
 
 @pytest.fixture
