@@ -39,8 +39,11 @@ system-deps:
 demo: setup
 	$(BIN)/python deploy/demo/run.py $(DEMO_ARGS)
 
+# Most tests on two processes at once, then those marked `alone` (they measure time or sampled
+# shares, which a test busy on the other core would skew) one at a time.
 test: setup system-deps
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 -m "not alone"
+	$(BIN)/python -m pytest -q -m alone
 
 lint: setup
 	$(BIN)/ruff check .

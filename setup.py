@@ -82,6 +82,7 @@ WEB = COLLECTOR + ["Flask>=3.0"]
 DEV = WEB + [
     "pytest>=8",
     "pytest-timeout>=2.3",
+    "pytest-xdist>=3.6",  # make test: most tests on two processes at once
     "playwright>=1.45",
     "py-spy>=0.3.14",
     "gunicorn>=22",

@@ -18,6 +18,23 @@ PG_ADMIN_URL = os.environ.get(
 )
 
 
+# Tests that measure time or sampled shares: a neighbour busy on the other core would skew them,
+# so `make test` runs them by themselves, one at a time, after the rest (which run on two
+# processes at once). A whole folder or file is named here; `pytest -m alone` selects them.
+ALONE = (
+    "tests/sampler/",
+    "tests/middleware/",
+    "tests/collector/test_service.py",
+    "tests/collector/test_poller.py",
+)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if item.path.relative_to(config.rootpath).as_posix().startswith(ALONE):
+            item.add_marker(pytest.mark.alone)
+
+
 @pytest.fixture
 def pg_url() -> Iterator[str]:
     """Yields the URL of a fresh PostgreSQL database, dropped afterwards."""
