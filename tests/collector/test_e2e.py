@@ -45,6 +45,25 @@ class CollectorProcess:
         return code
 
 
+def wait_for_exact(db_url, instance_id, document):
+    """Waits until the database holds exactly a worker's final counts; says how they differ."""
+    final = folded_by_instance(document)
+    try:
+        wait_until(
+            lambda: stored(db_url, instance_id) == final,
+            timeout=60,
+            what=f"{instance_id}'s final counts in the database",
+        )
+    except AssertionError as timeout:
+        held = stored(db_url, instance_id)
+        differ = {
+            stack: (held.get(stack, 0), final.get(stack, 0))
+            for stack in held.keys() | final.keys()
+            if held.get(stack, 0) != final.get(stack, 0)
+        }
+        raise AssertionError(f"{timeout}: (stored, worker) where they differ: {differ}") from None
+
+
 def test_workers_and_database_agree_exactly(db_url, tmp_path):
     sd = tmp_path / "targets.json"
     config = tmp_path / "collector.toml"
@@ -75,11 +94,7 @@ def test_workers_and_database_agree_exactly(db_url, tmp_path):
 
         # Worker restart: a stops working, is fully collected, then killed and replaced.
         final_a = a.idle()
-        wait_until(
-            lambda: stored(db_url, a_id) == folded_by_instance(final_a),
-            timeout=60,
-            what="a's final counts in the database",
-        )
+        wait_for_exact(db_url, a_id, final_a)
         a.kill()
         a2 = Worker(tmp_path, "api", "a2")
         workers = [a2, b]
@@ -93,11 +108,7 @@ def test_workers_and_database_agree_exactly(db_url, tmp_path):
 
         finals = {w.profile()["instance"]["id"]: w.idle() for w in workers}
         for instance_id, doc in finals.items():
-            wait_until(
-                lambda i=instance_id, d=doc: stored(db_url, i) == folded_by_instance(d),
-                timeout=60,
-                what=f"{instance_id}'s final counts in the database",
-            )
+            wait_for_exact(db_url, instance_id, doc)
         assert collector.stop() == 0
         collector = None
     finally:
