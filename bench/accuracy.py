@@ -33,9 +33,10 @@ What can show either tool wrong: the CPU clocks of the process and of each of it
 the window (``/proc/PID/task/TID/stat``; py-spy's ``--threads`` roots give each thread's OS
 id, fleetflame's ``[thread:NAME]`` roots its samples), and facts a workload measures itself
 (the gunicorn app's CPU inside ``Flask.wsgi_app``, each waiting thread's CPU). Where a workload
-measures a function's CPU over the window itself (the Flask app's ``Flask.wsgi_app`` and
-``report``, read from ``/_accuracy/truth`` before and after), that is the truth column, and
-fleetflame's total share is judged against it rather than against py-spy. In cpu mode a
+measures a function's CPU over the window itself (the Flask app's ``Flask.wsgi_app``, ``report``
+and ``gunicorn.util.write``, read from ``/_accuracy/truth`` before and after), that is the truth
+column, and fleetflame's total share is judged against it rather than against py-spy; its self
+share too when both tools saw the function only as a leaf. In cpu mode a
 thread's samples per second should match its clock: a run prints a per-thread table and a
 ``check:`` line when py-spy strays from the process's clock. py-spy's default mode counts a
 thread as running by its OS state, read just before it stops the process (benfred/py-spy#92):

@@ -153,6 +153,11 @@ class Judgement:
         return self.row.function
 
     @property
+    def leaf(self) -> bool:
+        """Whether both tools saw the function only as a leaf (see ``is_leaf``)."""
+        return is_leaf(self.row)
+
+    @property
     def missed(self) -> bool:
         """Whether its self or total difference is more than noise explains."""
         return MISS in (self.self.met, self.total.met)
@@ -186,6 +191,13 @@ class Judgement:
         return cls(row, document["truth_total"], self_judged, total)
 
 
+def is_leaf(row: Row) -> bool:
+    """Whether both tools saw the function only as a leaf: all its time its own, so its self
+    share is its total share, and a truth for the one is the truth for the other."""
+    ours, reference = row.fleetflame, row.pyspy
+    return ours.self == ours.total and reference.self == reference.total
+
+
 def judge(
     row: Row,
     fleetflame_samples: int,
@@ -194,11 +206,17 @@ def judge(
     truth: float | None = None,
 ) -> Judgement:
     """Judges a function's self and total differences; its total against ``truth`` when the
-    workload measured one (then only fleetflame's share is noisy)."""
+    workload measured one (then only fleetflame's share is noisy), and its self too when both
+    tools saw it only as a leaf (all its time its own, so its self share is its total)."""
     ours, reference = row.fleetflame, row.pyspy
-    self_floor = noise.self_floor if noise else None
-    self_diff = ours.self - reference.self
-    self_se = difference_se(ours.self, fleetflame_samples, reference.self, pyspy_samples)
+    if truth is not None and is_leaf(row):
+        self_diff = ours.self - truth
+        self_se = share_se(ours.self, fleetflame_samples)
+        self_floor = noise.truth_floor if noise else None
+    else:
+        self_diff = ours.self - reference.self
+        self_se = difference_se(ours.self, fleetflame_samples, reference.self, pyspy_samples)
+        self_floor = noise.self_floor if noise else None
     if truth is None:
         total_diff = ours.total - reference.total
         total_se = difference_se(ours.total, fleetflame_samples, reference.total, pyspy_samples)
@@ -252,7 +270,7 @@ def misses(judgements: Iterable[Judgement]) -> list[str]:
     for judgement in judgements:
         for kind, judged in (("self", judgement.self), ("total", judgement.total)):
             if judged.met == MISS:
-                truth = kind == "total" and judgement.truth is not None
+                truth = judgement.truth is not None and (kind == "total" or judgement.leaf)
                 against = " against its truth" if truth else ""
                 found.append(
                     f"{judgement.function} {kind} {judged.diff:+.1f}{against} ({judged.z:.1f} SE)"

@@ -63,10 +63,11 @@ TRUTH_PATH = "/_accuracy/truth"  # bench/accuracy_suite.py
 
 
 class CpuMeter:
-    """Sums the CPU time each request spends in Flask.wsgi_app (and in report), by its thread's
-    CPU clock: the ground truth for their shares of the worker's CPU. ``GET /_accuracy/truth``
-    answers the clocks so far (the harness reads them around its window), and ``extra`` of the
-    module map has wsgi_app's share over the worker's whole life."""
+    """Sums the CPU time each request spends in Flask.wsgi_app (and in report and gunicorn's
+    socket writes), by its thread's CPU clock: the ground truth for their shares of the
+    worker's CPU. ``GET /_accuracy/truth`` answers the clocks so far (the harness reads them
+    around its window), and ``extra`` of the module map has wsgi_app's share over the worker's
+    whole life."""
 
     def __init__(self, wsgi_app):  # noqa: ANN001 - any WSGI callable
         self.wsgi_app = wsgi_app
@@ -93,7 +94,7 @@ class CpuMeter:
             self.by_function[function] = self.by_function.get(function, 0.0) + seconds
 
     def clocks(self) -> dict:
-        """The CPU seconds of wsgi_app and report, of the process, and of the sampler's own threads (which
+        """The CPU seconds of the functions timed, of the process, and of the sampler's own threads (which
         neither profiler counts), each so far."""
         with self._lock:
             functions = {"flask.app:Flask.wsgi_app": self.seconds, **self.by_function}
@@ -121,7 +122,26 @@ def _sampler_cpu_seconds() -> float:
     return used
 
 
+def _time_socket_writes(meter: CpuMeter) -> None:
+    """Times gunicorn's writes of each answer (``gunicorn.util.write``, a leaf: its time is in
+    ``socket.sendall``) by the thread's CPU clock: py-spy's default mode counts a worker that
+    the client's wake-up pushed off its core there as running, this says how much it ran."""
+    from gunicorn import util
+
+    write = util.write
+
+    def timed_write(sock, data, chunked=False):  # noqa: ANN001, ANN202 - gunicorn's signature
+        started = time.thread_time()
+        try:
+            return write(sock, data, chunked)
+        finally:
+            meter.add("gunicorn.util:write", time.thread_time() - started)
+
+    util.write = timed_write
+
+
 meter = app.wsgi_app = CpuMeter(app.wsgi_app)
+_time_socket_writes(meter)
 _common.add_extra(
     lambda: {"wsgi_app_cpu_percent_of_process": round(100 * meter.seconds / time.process_time(), 1)}
 )

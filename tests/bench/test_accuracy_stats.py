@@ -93,6 +93,24 @@ def test_judge_a_total_against_the_workloads_truth():
     ]
 
 
+def test_a_leaf_is_judged_against_the_truth_in_self_too():
+    # py-spy's default mode counts a thread preempted in a system call (runnable, waiting for a
+    # core) as running there; the function's own CPU clock says how much it really ran.
+    leaf = Row("gunicorn.util:write", Share(0.3, 0.3), Share(4.6, 4.6))
+    judgement = accuracy_stats.judge(leaf, 2000, 2300, truth=0.5)
+    assert judgement.self.diff == pytest.approx(-0.2) and judgement.self.met == GOAL
+    assert judgement.total.diff == pytest.approx(-0.2) and judgement.total.met == GOAL
+    judgement = accuracy_stats.judge(leaf, 2000, 2300, truth=4.5)
+    assert accuracy_stats.misses([judgement]) == [
+        "gunicorn.util:write self -4.2 against its truth (34.3 SE)",
+        "gunicorn.util:write total -4.2 against its truth (34.3 SE)",
+    ]
+    # A function that calls others in either tool keeps its self judged against py-spy.
+    caller = Row("m:f", Share(0.3, 0.5), Share(4.6, 4.6))
+    judgement = accuracy_stats.judge(caller, 2000, 2300, truth=0.5)
+    assert judgement.self.diff == pytest.approx(-4.3) and judgement.self.met == MISS
+
+
 def test_judge_comparison_takes_the_noise_from_two_halves():
     comparison = Comparison(
         fleetflame=Profile({("m:a",): 50, ("m:b",): 50}),
