@@ -282,7 +282,7 @@ def closed_port() -> int:
 # Real workers: subprocesses running the real sampler and burning CPU in known functions.
 
 WORKER_SCRIPT = r"""
-import os, sys, time
+import os, sys, threading, time
 import sampler
 
 def leaf_a(n):
@@ -310,9 +310,10 @@ print(s.server.port, flush=True)
 stop_file = sys.argv[2]
 with sampler.tag(route="/busy"):
     work(stop_file)
-# Idle: in cpu mode a sleeping process takes no samples, so its counts stay still.
-while True:
-    time.sleep(1)
+# Idle: in cpu mode a thread that uses no CPU takes no samples, so its counts stay still. Not a
+# loop of sleeps: each wake-up uses some CPU, and the thread's CPU timer, part way to its next
+# tick when the work stopped, fires once they add up (a sample after the test's final read).
+threading.Event().wait()
 """
 
 
