@@ -9,7 +9,8 @@ one short read, until 80% of the index's bound is used; then the same stacks' fu
 the function index (webui.functable), so the first function table is as fast too. It works
 only while no request is served: a request learns what it lacks itself, and faster without
 warming beside it. With a file, it then saves the index whenever it has learned more, at
-most every SAVE_EVERY seconds, while no request is served.
+most every SAVE_EVERY seconds, while no request is served; after a save that failed, less
+often each time (up to an hour), until one succeeds.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ IDLE_WAIT = 0.05  # seconds between looks for a moment without requests
 # Of the index's bound: the rest is room for windows older than the warm-up's.
 SHARE = 0.8
 SAVE_EVERY = 300.0  # seconds between looks at whether the index has learned stacks to save
+RETRY_CEILING = 3600.0  # the longest wait before trying again after saves failed
 _log = logging.getLogger(__name__)
 
 
@@ -187,55 +189,65 @@ class Warmer:
 
     def _keep_saved(self) -> None:
         """Saves the indexes when they have learned stacks since they were loaded or saved:
-        now, then every save_every seconds while no request is served, until stopped."""
-        wait = 0.0
+        now, then every save_every seconds while no request is served, until stopped. After a
+        save that failed (a full disk, a directory it cannot write) it waits twice as long
+        before each try, up to RETRY_CEILING."""
+        wait, failures = 0.0, 0
         while not self._stop.wait(wait):
-            wait = self.save_every
             stacks = self.index.generation != self._saved_generation
             functions = (
                 self.functions is not None
                 and self.functions_file is not None
                 and self.functions.generation != self._saved_functions
             )
-            if not (stacks or functions):
-                continue
-            if self._paused_or_stopped():
-                return
-            assert self.index_file is not None
-            if stacks and not self._save(self.index_file):
-                return
-            if functions and self.functions_file and not self._save_functions(self.functions_file):
-                return
+            if stacks or functions:
+                if self._paused_or_stopped():
+                    return
+                assert self.index_file is not None
+                quiet = failures > 0  # the first failure is a warning, the rest debug lines
+                saved = not stacks or self._save(self.index_file, quiet)
+                if saved and functions and self.functions_file is not None:
+                    saved = self._save_functions(self.functions_file, quiet)
+                failures = 0 if saved else min(failures + 1, 30)
+            wait = min(self.save_every * 2**failures, max(RETRY_CEILING, self.save_every))
 
-    def _save_functions(self, path: Path) -> bool:
-        """Saves the function index; tells whether saving may go on."""
+    def _save_functions(self, path: Path, quiet: bool = False) -> bool:
+        """Saves the function index; tells whether it is saved (or needed no saving)."""
         assert self.functions is not None
         generation = self.functions.generation
         saved = self.functions.saved_form()
         done = self._write(
-            path, "function index", len(saved.ids), lambda: indexfile.save_functions(path, saved)
+            path,
+            "function index",
+            len(saved.ids),
+            lambda: indexfile.save_functions(path, saved),
+            quiet,
         )
         if done is not False:
             self._saved_functions = generation
             self.function_saves += bool(done)
         return done is not False
 
-    def _save(self, path: Path) -> bool:
-        """Saves the stack index; tells whether saving may go on."""
+    def _save(self, path: Path, quiet: bool = False) -> bool:
+        """Saves the stack index; tells whether it is saved (or needed no saving)."""
         generation = self.index.generation
         keys, ids = self.index.saved_form()
-        done = self._write(path, "stack index", len(ids), lambda: indexfile.save(path, keys, ids))
+        done = self._write(
+            path, "stack index", len(ids), lambda: indexfile.save(path, keys, ids), quiet
+        )
         if done is not False:
             self._saved_generation = generation
             self.saves += bool(done)
         return done is not False
 
-    def _write(self, path: Path, what: str, stacks: int, write: Callable[[], int]) -> bool | None:
+    def _write(
+        self, path: Path, what: str, stacks: int, write: Callable[[], int], quiet: bool
+    ) -> bool | None:
         """Writes an index of ``stacks`` stacks to ``path`` with ``write()``, unless the file
         holds as many already: by this process's start, or by a sibling worker warmed as far
         (each would otherwise write the same file in turn). Returns True when written, None
-        when not needed, False when the directory cannot be written (logged; not tried
-        again)."""
+        when not needed, False when it could not be written (a warning, or with ``quiet``, a
+        failure again, a debug line)."""
         saved = None if path in self._unreadable else indexfile.count_in(path)
         if saved is not None and saved >= stacks:
             return None
@@ -243,7 +255,8 @@ class Warmer:
         try:
             written = write()
         except OSError as exc:
-            _log.warning("could not save the %s, and will not try again: %s", what, exc)
+            level = logging.DEBUG if quiet else logging.WARNING
+            _log.log(level, "could not save the %s (will try again, less often): %s", what, exc)
             return False
         self._unreadable.discard(path)
         _log.info(

@@ -235,6 +235,32 @@ def test_a_directory_it_cannot_write_is_logged_once(fleet_url, tmp_path, caplog)
     assert blocked.read_text() == "not a directory" and os.listdir(tmp_path) == ["a-file"]
 
 
+def test_saving_is_tried_again_less_often_until_the_directory_can_be_written(
+    fleet_url, tmp_path, caplog
+):
+    folder = tmp_path / "index"
+    folder.write_text("not a directory yet")
+    database = Database(fleet_url, warm_hours=0, index_dir=str(folder), save_every=0.02)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="webui.warmup"):
+            assert sum(database.profile(HOUR).values()) > 0
+            assert eventually(lambda: caplog.text.count("could not save the stack index") >= 3)
+            failed = [r for r in caplog.records if "could not save" in r.getMessage()]
+            assert [r.levelno for r in failed[:3]] == [
+                logging.WARNING,
+                logging.DEBUG,
+                logging.DEBUG,
+            ]
+            times = [r.created for r in failed[:3]]
+            assert times[2] - times[1] > times[1] - times[0]  # waiting longer each time
+            folder.unlink()
+            folder.mkdir()
+            assert eventually(lambda: list(folder.glob("stacks-*.idx")), timeout=10)
+        assert database.warmer is not None and database.warmer.saves == 1
+    finally:
+        database.close()
+
+
 def functions_of(texts: dict[int, str]) -> FunctionIndex:
     """A function index that has numbered the functions of every stack of ``texts``."""
     index = FunctionIndex(Reader(texts))
