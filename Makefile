@@ -40,10 +40,11 @@ demo: setup
 	$(BIN)/python deploy/demo/run.py $(DEMO_ARGS)
 
 # Most tests on two processes at once, then those marked `alone` (they measure time or sampled
-# shares, which a test busy on the other core would skew) one at a time.
+# shares, which a test busy on the other core would skew) one at a time; both parts always run.
 test: setup system-deps
-	$(BIN)/python -m pytest -q -n 2 -m "not alone"
-	$(BIN)/python -m pytest -q -m alone
+	$(BIN)/python -m pytest -q -n 2 -m "not alone"; first=$$?; \
+	$(BIN)/python -m pytest -q -m alone; second=$$?; \
+	exit $$(( first > second ? first : second ))
 
 lint: setup
 	$(BIN)/ruff check .

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
 import signal
@@ -34,6 +35,7 @@ def block(language: str, containing: str) -> str:
 
 def environment(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETFLAME_")}
+    env["FLEETFLAME_WEB_INDEX_DIR"] = ""  # no index file in the user's cache (tests/conftest.py)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     env["PYTHONPATH"] = str(ROOT)
     env.update(extra)
@@ -47,8 +49,8 @@ def wait_until(check, timeout: float = 60.0, what: str = "condition"):
             result = check()
             if result:
                 return result
-        except (OSError, subprocess.CalledProcessError):
-            pass
+        except (OSError, http.client.HTTPException, subprocess.CalledProcessError):
+            pass  # HTTPException: a port not listening yet may connect to itself
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.3)

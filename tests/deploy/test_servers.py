@@ -3,6 +3,7 @@ and the Flask and Django snippets, each worker serving its own sampler port."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
@@ -66,7 +67,7 @@ def _get(url: str, timeout: float = 5.0) -> bytes | None:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
             return response.read()
-    except OSError:
+    except (OSError, http.client.HTTPException):  # HTTPException: see mwhelpers.sampler_urls
         return None
 
 

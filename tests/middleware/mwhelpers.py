@@ -119,7 +119,9 @@ class Server:
                 with urllib.request.urlopen(url + "/info", timeout=2) as answer:
                     if json.loads(answer.read())["instance"]["pid"] in ours:
                         urls.append(url)
-            except OSError:
+            # Not listening yet. A port in the ephemeral range may then even be connected to
+            # itself (TCP's self-connect) and read back the request: not an HTTP answer.
+            except (OSError, http.client.HTTPException):
                 continue
         return urls
 

@@ -2,6 +2,7 @@
 (issue 14, defect 12), as the sampler's endpoint and the attach agent do; a token, or the
 explicit --allow-unauthenticated, lets it start."""
 
+import http.client
 import socket
 import subprocess
 import sys
@@ -34,7 +35,7 @@ def answers(port, process, headers=None):
         except urllib.error.HTTPError as error:
             error.close()
             return error.code
-        except OSError:
+        except (OSError, http.client.HTTPException):  # see mwhelpers.sampler_urls
             time.sleep(0.2)
     return None
 
