@@ -32,7 +32,8 @@ def table_lines(
         if index < limit or j.function in focus or (j.self.met, j.total.met) != (GOAL, GOAL)
     ]
     lines = [
-        f"  {'self %':<32}  {'total % (diff against the truth where one is given)':<50}",
+        f"  {'self % (a leaf: vs its truth)':<32}"
+        f"  {'total % (diff against the truth where one is given)':<50}",
         f"  {'fleetf':>6} {'py-spy':>6} {'diff':>6} {'SE':>4} {'met':<5}"
         f"  {'fleetf':>6} {'py-spy':>6} {'truth':>6} {'diff':>6} {'SE':>4} {'met':<5}  function",
     ]

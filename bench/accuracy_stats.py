@@ -154,7 +154,7 @@ class Judgement:
 
     @property
     def leaf(self) -> bool:
-        """Whether both tools saw the function only as a leaf (see ``is_leaf``)."""
+        """Whether neither tool saw the function call anything (see ``is_leaf``)."""
         return is_leaf(self.row)
 
     @property
@@ -192,8 +192,10 @@ class Judgement:
 
 
 def is_leaf(row: Row) -> bool:
-    """Whether both tools saw the function only as a leaf: all its time its own, so its self
-    share is its total share, and a truth for the one is the truth for the other."""
+    """Whether neither tool saw the function call anything (or saw it at all): all its time
+    its own, so its self share is its total share, and a truth for the one is the truth for
+    the other. (A function that calls Python code, as gunicorn's ``write`` does when it writes
+    chunks, is not one: its self share is then judged against py-spy.)"""
     ours, reference = row.fleetflame, row.pyspy
     return ours.self == ours.total and reference.self == reference.total
 
@@ -206,8 +208,8 @@ def judge(
     truth: float | None = None,
 ) -> Judgement:
     """Judges a function's self and total differences; its total against ``truth`` when the
-    workload measured one (then only fleetflame's share is noisy), and its self too when both
-    tools saw it only as a leaf (all its time its own, so its self share is its total)."""
+    workload measured one (then only fleetflame's share is noisy), and its self too when
+    neither tool saw it call anything (``is_leaf``)."""
     ours, reference = row.fleetflame, row.pyspy
     if truth is not None and is_leaf(row):
         self_diff = ours.self - truth
