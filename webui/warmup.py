@@ -41,6 +41,12 @@ RETRY_CEILING = 3600.0  # the longest wait before trying again after saves faile
 _log = logging.getLogger(__name__)
 
 
+def save_wait(save_every: float, failures: int) -> float:
+    """Seconds before the next look at saving, after ``failures`` saves failed in a row: twice
+    as long after each, up to RETRY_CEILING (or save_every, if that is longer)."""
+    return min(save_every * 2**failures, max(RETRY_CEILING, save_every))
+
+
 class Warmer:
     """Reads the stacks of the last ``hours`` into a stack index on a daemon thread."""
 
@@ -209,7 +215,7 @@ class Warmer:
                 if saved and functions and self.functions_file is not None:
                     saved = self._save_functions(self.functions_file, quiet)
                 failures = 0 if saved else min(failures + 1, 30)
-            wait = min(self.save_every * 2**failures, max(RETRY_CEILING, self.save_every))
+            wait = save_wait(self.save_every, failures)
 
     def _save_functions(self, path: Path, quiet: bool = False) -> bool:
         """Saves the function index; tells whether it is saved (or needed no saving)."""

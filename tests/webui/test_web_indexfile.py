@@ -22,7 +22,7 @@ from webui.db import Database
 from webui.functable import FunctionIndex
 from webui.model import StackIndex, top_functions
 from webui.params import Selection
-from webui.warmup import Warmer
+from webui.warmup import Warmer, save_wait
 
 HOSTILE = Path(__file__).parents[1] / "data" / "hostile_frames.json"
 HOUR = Selection(T0, T0 + 3600)
@@ -251,14 +251,20 @@ def test_saving_is_tried_again_less_often_until_the_directory_can_be_written(
                 logging.DEBUG,
                 logging.DEBUG,
             ]
-            times = [r.created for r in failed[:3]]
-            assert times[2] - times[1] > times[1] - times[0]  # waiting longer each time
             folder.unlink()
             folder.mkdir()
-            assert eventually(lambda: list(folder.glob("stacks-*.idx")), timeout=10)
-        assert database.warmer is not None and database.warmer.saves == 1
+            warmer = database.warmer
+            assert warmer is not None and eventually(lambda: warmer.saves == 1, timeout=10)
+        assert list(folder.glob("stacks-*.idx"))
     finally:
         database.close()
+
+
+def test_the_wait_after_failed_saves_doubles_up_to_an_hour():
+    waits = [save_wait(300, failures) for failures in range(6)]
+    assert waits == [300, 600, 1200, 2400, 3600, 3600]
+    assert save_wait(0.02, 2) == pytest.approx(0.08)
+    assert save_wait(7200, 3) == 7200  # a period longer than the ceiling stays the period
 
 
 def functions_of(texts: dict[int, str]) -> FunctionIndex:
