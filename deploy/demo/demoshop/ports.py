@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import random
 import socket
@@ -10,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 HOST = "127.0.0.1"
@@ -94,11 +96,26 @@ def listening_ports(plan: PortPlan) -> list[int]:
     return [port for port in plan.all_ports() if port_is_listening(port)]
 
 
+def first_ephemeral_port() -> int:
+    """The lowest port the kernel picks for outgoing connections (Linux: 32768 by default)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def find_free_plan(attempts: int = 50, rng: random.Random | None = None) -> PortPlan:
-    """Picks a base port whose whole plan is free, for tests and ``--base-port auto``."""
+    """Picks a base port whose whole plan is free, for tests and ``--base-port auto``: below
+    the ports of outgoing connections where it can, since a probe of a port there that
+    nothing listens on yet may be connected to itself (TCP's self-connect) and read its own
+    request back, or take the port for a moment."""
     rng = rng or random.Random()
+    span = SAMPLER_OFFSET + SAMPLER_PORTS
+    top = first_ephemeral_port() - span
+    if top <= 21_000:  # a system handing out low ports: any block will do
+        top = 60_000
     for _ in range(attempts):
-        plan = PortPlan(rng.randrange(20_000, 60_000, 50))
+        plan = PortPlan(rng.randrange(20_000, top, 50))
         if not busy_ports(plan):
             return plan
     raise RuntimeError(f"found no free block of ports after {attempts} attempts")
@@ -109,13 +126,13 @@ def get_json(url: str, timeout: float = 2.0) -> Any | None:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
             return json.loads(response.read())
-    except (OSError, ValueError, urllib.error.HTTPError):
+    except (OSError, ValueError, http.client.HTTPException):  # HTTPError is an OSError
         return None
 
 
 def answers(url: str, timeout: float = 2.0) -> bool:
     """Tells whether ``url`` answers with a 2xx status."""
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, http.client.HTTPException):
         with urllib.request.urlopen(url, timeout=timeout) as response:
             return 200 <= response.status < 300
     return False
