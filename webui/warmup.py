@@ -83,6 +83,7 @@ class Warmer:
         self._saved_functions = functions.generation if functions is not None else 0
         # Files that could not be read: replaced at the next save, however many they hold.
         self._unreadable: set[Path] = set()
+        self._failing: set[Path] = set()  # files whose last save failed (warned of once)
         self._stop = threading.Event()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
@@ -210,14 +211,13 @@ class Warmer:
                 if self._paused_or_stopped():
                     return
                 assert self.index_file is not None
-                quiet = failures > 0  # the first failure is a warning, the rest debug lines
-                saved = not stacks or self._save(self.index_file, quiet)
+                saved = not stacks or self._save(self.index_file)
                 if saved and functions and self.functions_file is not None:
-                    saved = self._save_functions(self.functions_file, quiet)
+                    saved = self._save_functions(self.functions_file)
                 failures = 0 if saved else min(failures + 1, 30)
             wait = save_wait(self.save_every, failures)
 
-    def _save_functions(self, path: Path, quiet: bool = False) -> bool:
+    def _save_functions(self, path: Path) -> bool:
         """Saves the function index; tells whether it is saved (or needed no saving)."""
         assert self.functions is not None
         generation = self.functions.generation
@@ -227,33 +227,28 @@ class Warmer:
             "function index",
             len(saved.ids),
             lambda: indexfile.save_functions(path, saved),
-            quiet,
         )
         if done is not False:
             self._saved_functions = generation
             self.function_saves += bool(done)
         return done is not False
 
-    def _save(self, path: Path, quiet: bool = False) -> bool:
+    def _save(self, path: Path) -> bool:
         """Saves the stack index; tells whether it is saved (or needed no saving)."""
         generation = self.index.generation
         keys, ids = self.index.saved_form()
-        done = self._write(
-            path, "stack index", len(ids), lambda: indexfile.save(path, keys, ids), quiet
-        )
+        done = self._write(path, "stack index", len(ids), lambda: indexfile.save(path, keys, ids))
         if done is not False:
             self._saved_generation = generation
             self.saves += bool(done)
         return done is not False
 
-    def _write(
-        self, path: Path, what: str, stacks: int, write: Callable[[], int], quiet: bool
-    ) -> bool | None:
+    def _write(self, path: Path, what: str, stacks: int, write: Callable[[], int]) -> bool | None:
         """Writes an index of ``stacks`` stacks to ``path`` with ``write()``, unless the file
         holds as many already: by this process's start, or by a sibling worker warmed as far
         (each would otherwise write the same file in turn). Returns True when written, None
-        when not needed, False when it could not be written (a warning, or with ``quiet``, a
-        failure again, a debug line)."""
+        when not needed, False when it could not be written (a warning; a debug line when the
+        file's last save failed too)."""
         saved = None if path in self._unreadable else indexfile.count_in(path)
         if saved is not None and saved >= stacks:
             return None
@@ -261,9 +256,11 @@ class Warmer:
         try:
             written = write()
         except OSError as exc:
-            level = logging.DEBUG if quiet else logging.WARNING
+            level = logging.DEBUG if path in self._failing else logging.WARNING
             _log.log(level, "could not save the %s (will try again, less often): %s", what, exc)
+            self._failing.add(path)
             return False
+        self._failing.discard(path)
         self._unreadable.discard(path)
         _log.info(
             "%s saved with %d stacks to %s (%.0f MB) in %.2f s",
