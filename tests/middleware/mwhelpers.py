@@ -48,9 +48,11 @@ def free_port() -> int:
 
 
 def free_range(count: int) -> int:
-    """The first of ``count`` consecutive free ports (checked now; a race is unlikely)."""
+    """The first of ``count`` consecutive free ports (checked now; a race is unlikely), below
+    the kernel's ports for outgoing connections (32768 up, by default): probed there before
+    anything listens, a port may be connected to itself (TCP's self-connect)."""
     for _ in range(200):
-        base = random.randrange(20_000, 60_000)
+        base = random.randrange(20_000, 32_000)
         sockets = []
         try:
             for port in range(base, base + count):
