@@ -90,7 +90,8 @@ WORKLOADS = (
         # py-spy's stops lose some of the sampler's timer signals in this worker (2026-11-27,
         # no py-spy: 96.2 samples/s for 96.1 CPU-s/s; py-spy record: 78.7 for 87.8;
         # --nonblocking: 95.3 for 95.4), but --nonblocking tears py-spy's own stacks here (7
-        # points of its samples without their root frames), so the default mode stays.
+        # points of its samples without their root frames), so the default mode stays
+        # (docs/sampler.md, "The engine's rate against the threads' CPU clocks").
         truth_path=TRUTH_PATH,
     ),
     Workload(
