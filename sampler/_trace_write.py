@@ -141,14 +141,17 @@ def events_before(recorder: Recorder) -> int:
     return total
 
 
-def module_map(main_file: str | None) -> dict[str, str]:
-    """Maps each loaded module's source file (as given and absolute) to the module's name."""
+def module_map(
+    main_file: str | None, resolve: Callable[[str], str] = os.path.abspath
+) -> dict[str, str]:
+    """Maps each loaded module's source file (as given and as ``resolve`` makes it) to the
+    module's name."""
     modules: dict[str, str] = {}
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
         if isinstance(path, str):
             modules.setdefault(path, name)
-            modules.setdefault(os.path.abspath(path), name)
+            modules.setdefault(resolve(path), name)
     if main_file:
         modules[main_file] = modules[os.path.abspath(main_file)] = "__main__"
     return modules

@@ -53,12 +53,14 @@ def write_module_map() -> None:
     folder = os.environ.get("ACCURACY_OUT")
     if not folder:
         return
+    from sampler._trace_write import module_map
+
     extra: dict[str, Any] = {}
     for provide in _extras:
         extra.update(provide())
     document = {
         "pid": os.getpid(),
-        "modules": _modules_by_file(),
+        "modules": module_map(None, os.path.realpath),
         "sys_path": [os.path.abspath(p) for p in sys.path if isinstance(p, str)],
         "extra": extra,
     }
@@ -67,16 +69,6 @@ def write_module_map() -> None:
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(document, f)
     os.replace(tmp, path)
-
-
-def _modules_by_file() -> dict[str, str]:
-    modules: dict[str, str] = {}
-    for name, module in list(sys.modules.items()):
-        path = getattr(module, "__file__", None)
-        if isinstance(path, str):
-            modules.setdefault(path, name)
-            modules.setdefault(os.path.realpath(path), name)
-    return modules
 
 
 def _exit_on_signal(signum: int, frame: Any) -> None:
