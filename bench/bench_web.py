@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from benchfleet import WebServer, database, load_average, make_stacks, median, verdict
+from headless import launch_chromium
 from playwright.sync_api import Page, sync_playwright
 
 from collector.store import SampleRow, Store
@@ -42,13 +43,6 @@ from webui import indexfile
 
 TARGET_DRAW_MS = 1000
 TARGET_TOP_MS = 300
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 @contextmanager
@@ -154,9 +148,7 @@ def bench_browser(url: str, bucket: int, runs: int) -> dict[str, list[tuple[floa
     results: dict[str, list[tuple[float, ...]]] = {}
     viewport = {"width": 1400, "height": 900}
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS
-        )
+        browser = launch_chromium(playwright)
         for run in range(runs):
             windows = {
                 "fresh server, first view": f"from={bucket}&to={bucket + 60}",

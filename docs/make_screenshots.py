@@ -17,18 +17,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
+from headless import launch_chromium  # noqa: E402
 from werkzeug.serving import WSGIRequestHandler, make_server  # noqa: E402
 
 from webfleet import write_fleet  # noqa: E402
 from webui import create_app  # noqa: E402
 
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 VIEWS = {
     "screenshot-flamegraph.png": "/?from=-3h&service=api&search=pricing",
     "screenshot-compare.png": (
@@ -56,7 +50,7 @@ def main(out_dir: str = "docs") -> int:
         base = f"http://127.0.0.1:{httpd.server_port}"
         try:
             with sync_playwright() as playwright:
-                browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
+                browser = launch_chromium(playwright)
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
                 for name, path in VIEWS.items():
                     page.goto(base + path)

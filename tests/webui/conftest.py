@@ -6,14 +6,19 @@ The fleet database is written once per module and engine: the web UI only reads 
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from webhelpers import fleet_rows
 
 from collector.store import Store
+
+# bench/ is a folder of scripts: the browser tests launch Chromium with bench/headless.py.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 PG_ADMIN_URL = os.environ.get(
     "FLEETFLAME_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta, timezone
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from headless import launch_chromium
 from webhelpers import (
     T0,
     XSS,
@@ -30,14 +31,6 @@ from sampler.profile import shown_frame
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 WINDOW = f"from={T0}&to={T0 + 3600}"
 TIMEOUT = 30_000  # ms: the machine is shared, so be patient rather than flaky
 
@@ -88,7 +81,7 @@ def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        chromium = launch_chromium(playwright)
         yield chromium
         chromium.close()
 
