@@ -4,13 +4,17 @@ p99 estimate, and the slowest requests with their stacks (the parts of /requests
 
 from __future__ import annotations
 
-from collections import deque
+import math
+from collections import Counter, deque
+from operator import itemgetter
 
 from ._sketch import Sketch
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
 if TYPE_CHECKING:
     from typing import Any
+
+    from ._requests import Finished
 
 # The slowest requests kept per route, with their stacks.
 TOP = 5
@@ -44,6 +48,15 @@ def queue_delay(header: str, now: float) -> float | None:
             delay = now - value / scale
             return delay if -MAX_QUEUE < delay < MAX_QUEUE else None
     return None
+
+
+def _is_error(code: int) -> bool:
+    return code == 0 or code >= 500
+
+
+# Of a finished request (sampler._requests.Finished): its seconds, its status.
+_elapsed = itemgetter(2)
+_status = itemgetter(7)
 
 
 def status_code(status: int | str) -> int:
@@ -122,13 +135,50 @@ class Route:
 
     def add(self, elapsed: float, queue: float | None, status: int) -> None:
         """Counts one request and keeps the p99 estimate fresh."""
-        self.count += 1
-        if status == 0 or status >= 500:
-            self.errors += 1
-        self.latency.add(elapsed)
-        if queue is not None:
-            self.queue.add(queue)
-            self.total.add(queue + elapsed)
+        queued = [] if queue is None else [(queue, elapsed)]
+        self._count([elapsed], queued, _is_error(status))
+
+    def add_batch(self, requests: list[Finished]) -> list[tuple[Finished, bool, float | None]]:
+        """Counts finished requests, in order, as ``add`` would one by one; returns those that
+        may be among the route's slowest, each with whether it was slower than the p99 estimate
+        of its time and its queueing delay."""
+        slowest = self.slowest
+        floor = slowest[0].duration if len(slowest) >= TOP else -math.inf
+        candidates = []
+        at = 0
+        while at < len(requests):
+            # Up to the next refresh of the p99: the requests in between are judged by one.
+            chunk = requests[at : at + REFRESH - self.count % REFRESH]
+            at += len(chunk)
+            p99 = self.p99
+            threshold = floor if p99 is None else min(floor, p99)
+            for request in [request for request in chunk if request[2] > threshold]:
+                slow = p99 is not None and request[2] > p99
+                self.slow_count += slow
+                queue = queue_delay(request[3], request[4]) if request[3] else None
+                candidates.append((request, slow, queue))
+            queued = [
+                (delay, request[2])
+                for request in chunk
+                if request[3] and (delay := queue_delay(request[3], request[4])) is not None
+            ]
+            errors = sum(
+                count
+                for status, count in Counter(map(_status, chunk)).items()
+                if _is_error(status_code(status))
+            )
+            self._count(list(map(_elapsed, chunk)), queued, errors)
+        return candidates
+
+    def _count(self, elapsed: list[float], queued: list[tuple[float, float]], errors: int) -> None:
+        # Requests up to the next refresh of the p99 at most, and those of them that had a
+        # queueing delay: (delay, elapsed).
+        self.count += len(elapsed)
+        self.errors += errors
+        self.latency.add_all(elapsed)
+        if queued:
+            self.queue.add_all([queue for queue, _ in queued])
+            self.total.add_all([queue + seconds for queue, seconds in queued])
         if self.count % REFRESH == 0:
             since = self.marks[0] if len(self.marks) == 2 else None
             if self.count >= MIN_FOR_P99:

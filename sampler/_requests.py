@@ -195,21 +195,18 @@ class Recorder:
             # Per route, the requests that may be among its slowest: slower than the p99, or
             # than the slowest kept before this batch; only the batch's TOP slowest of those
             # are (a first batch after a quiet spell holds thousands).
+            by_route: dict[str, list[Finished]] = {}
+            for request in batch:
+                by_route.setdefault(request[0], []).append(request)
             found: dict[Route, list[tuple[Finished, bool, float | None]]] = {}
             routes = self.routes
-            for request in batch:
-                name, _, elapsed, header, wall, _, _, status, _ = request
+            for name, requests in by_route.items():
                 route = routes.get(name)
                 if route is None:
                     route = routes[name] = Route()
-                queue = queue_delay(header, wall) if header else None
-                slow = route.p99 is not None and elapsed > route.p99
-                top = len(route.slowest) < TOP or elapsed > route.slowest[0].duration
-                route.add(elapsed, queue, status_code(status))
-                if slow:
-                    route.slow_count += 1
-                if slow or top:
-                    found.setdefault(route, []).append((request, slow, queue))
+                candidates = route.add_batch(requests)
+                if candidates:
+                    found[route] = candidates
             wanted: list[tuple[Route, SlowRequest, Finished, bool, bool]] = []
             for route, candidates in found.items():
                 tops = {id(c[0]) for c in heapq.nlargest(TOP, candidates, key=_elapsed)}

@@ -17,6 +17,7 @@ Pure: no clock, no I/O, no lock (callers that share one serialize their adds).
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
 if TYPE_CHECKING:
@@ -85,6 +86,26 @@ class Sketch:
             bins[index] = count
             if len(bins) > self.max_bins:
                 self._collapse()
+
+    def add_all(self, values: list[float]) -> None:
+        """Counts each of ``values``: as ``add`` one by one, in one pass of C loops."""
+        small = self.min_value
+        kept = [value for value in values if value >= small]
+        self.count += len(values)
+        self.zero += len(values) - len(kept)
+        if not kept:
+            return
+        self.sum += sum(kept)
+        top = max(kept)
+        if top > self.max:
+            self.max = top
+        bins = self.bins
+        for index, count in Counter(
+            map(math.ceil, map(self._scale.__mul__, map(math.log, kept)))
+        ).items():
+            bins[index] = bins.get(index, 0) + count
+        if len(bins) > self.max_bins:
+            self._collapse()
 
     def _collapse(self) -> None:
         """Folds the lowest bins into the lowest kept one until ``max_bins`` are left."""

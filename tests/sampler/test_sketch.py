@@ -99,3 +99,19 @@ def test_a_quantile_since_an_earlier_copy_is_that_of_the_values_added_after_it(a
         sketch.add(value)
     assert sketch.quantile(q, since=mark) == sketch_of(b).quantile(q)
     assert sketch.quantile(q, since=sketch.copy()) is None
+
+
+@settings(max_examples=100, deadline=None)
+@given(samples, st.integers(min_value=1, max_value=50))
+def test_adding_all_at_once_counts_as_adding_one_by_one(data, max_bins):
+    one_by_one = sketch_of(data, max_bins=max_bins)
+    at_once = Sketch(max_bins=max_bins)
+    at_once.add_all(data[: len(data) // 2])
+    at_once.add_all(data[len(data) // 2 :])
+    assert at_once.bins == one_by_one.bins
+    assert (at_once.zero, at_once.count, at_once.max) == (
+        one_by_one.zero,
+        one_by_one.count,
+        one_by_one.max,
+    )
+    assert at_once.sum == pytest.approx(one_by_one.sum)
