@@ -47,6 +47,7 @@ def native_extensions() -> list[Extension]:
         "waits",
         "gil",
         "tags",
+        "middleware",
     ]
     return [
         Extension(

@@ -225,6 +225,30 @@ def _route_set(outer: tuple[tuple[str, str], ...], route: str) -> tuple[Any, int
     return found
 
 
+def native_route_tags() -> Any:
+    """The native extension, bound to this module's state, so its RouteTag (and the WSGI
+    wrapper's tags) open and close here in C; None where it is not built."""
+    global _native_bound
+    if _native_bound is None:
+        try:
+            from . import _native
+        except ImportError:
+            _native_bound = False
+        else:
+            _native.labels_bind(_current, frame_tags, _routes, _route_set)
+            _native_bound = _native
+    return _native_bound or None
+
+
+_native_bound: Any = None  # the bound extension; False: not built
+
+
+def route_tag_type() -> type[Any]:
+    """RouteTag in C where the native extension is built, else in Python: the same calls."""
+    native = native_route_tags()
+    return native.RouteTag if native is not None else RouteTag
+
+
 def tag(**labels: Any) -> _Tag:
     """Attaches labels to every sample taken inside the ``with`` block."""
     return _Tag(labels)

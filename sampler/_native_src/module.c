@@ -149,6 +149,7 @@ static PyObject *native_after_fork_child(PyObject *module, PyObject *unused)
     /* A handler that ran on another thread at the fork never finishes here. */
     atomic_store(&handlers_running, 0);
     tags_after_fork();
+    middleware_tags_kept(0);
     threads_after_fork();
     if (ring.data != NULL) {
         ring_reset(&ring);
@@ -368,6 +369,7 @@ static PyObject *native_tags_load(PyObject *module, PyObject *tags)
         return NULL;
     }
     tags_clear();
+    middleware_tags_kept(1);
     Py_ssize_t at = 0;
     PyObject *key, *value;
     while (PyDict_Next(tags, &at, &key, &value)) {
@@ -385,6 +387,7 @@ static PyObject *native_tags_clear(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
+    middleware_tags_kept(0);
     tags_clear();
     Py_RETURN_NONE;
 }
@@ -813,6 +816,9 @@ static PyMethodDef methods[] = {
      "tags_load({frame_id: label_set}): the open tags are these, and no others."},
     {"tags_clear", native_tags_clear, METH_NOARGS, "Forgets every open tag."},
     {"stats", native_stats, METH_NOARGS, "The engine's counters."},
+    {"labels_bind", native_labels_bind, METH_VARARGS,
+     "labels_bind(labels_var, frame_tags, route_sets, route_set_new): sampler._labels' "
+     "state, for RouteTag and WSGIWrapper."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -832,7 +838,8 @@ PyMODINIT_FUNC PyInit__native(void)
         PyModule_AddIntConstant(module, "FLAG_WAITING", FLAG_WAITING) < 0 ||
         PyModule_AddIntConstant(module, "FLAG_REPEAT", FLAG_REPEAT) < 0 ||
         PyModule_AddIntConstant(module, "FLAG_ENTRY", FLAG_ENTRY) < 0 ||
-        PyModule_AddIntConstant(module, "FLAG_EXIT", FLAG_EXIT) < 0) {
+        PyModule_AddIntConstant(module, "FLAG_EXIT", FLAG_EXIT) < 0 ||
+        middleware_add_types(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -161,6 +161,14 @@ void tags_after_fork(void);
 uint64_t tags_open(void);
 uint64_t tags_lost(void);
 
+/* -- the request middleware (middleware.c) ---------------------------------------------------- */
+
+/* Whether tags opened in C go to the table above too (while the engine keeps it). */
+void middleware_tags_kept(int kept);
+PyObject *native_labels_bind(PyObject *module, PyObject *args);
+/* Adds RouteTag and WSGIWrapper to the module; -1 with an exception set on failure. */
+int middleware_add_types(PyObject *module);
+
 /* -- threads: timers and the wall thread (threads.c) ------------------------------------- */
 
 int threads_init(void);

@@ -1,4 +1,9 @@
-"""The WSGI middleware; on a Flask app it also names requests by their URL rule."""
+"""The WSGI middleware; on a Flask app it also names requests by their URL rule.
+
+Its per-request work is in C where the native extension is built (``WSGIWrapper`` in
+sampler/_native_src/middleware.c: no Python frame of ours runs in a request), and in Python
+here otherwise, step for step the same.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,8 @@ import sys
 import threading
 import time
 
-from .._labels import RouteTag
-from .._requests import UNMATCHED, recorder
+from .._labels import RouteTag, native_route_tags
+from .._requests import MAX_PENDING, UNMATCHED, recorder
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
 if TYPE_CHECKING:
@@ -46,7 +51,7 @@ class _Request:
         header = environ.get("HTTP_X_REQUEST_START") or environ.get("HTTP_X_QUEUE_START")
         self.header = header
         self.wall = time.time() if header else 0.0
-        self.environ = environ
+        self.environ: dict[str, Any] | None = environ
         self.start_response = start_response
         self.status: str | int = 0
         self.route: str | None = None
@@ -76,6 +81,11 @@ class _Request:
     def finish(self) -> None:
         """Hands the finished request to the recorder."""
         environ = self.environ
+        if environ is None:
+            return  # handed over already
+        # The environ holds this request (for the routing hook), and the body may hold the
+        # environ: let go of both, so the cycle's objects are freed now, not by a collection.
+        self.environ = self.body = None
         recorder.finish(
             (
                 self.route or self.default,
@@ -91,25 +101,13 @@ class _Request:
         )
 
 
-class WSGIMiddleware:
-    """Wraps a WSGI app: ``app.wsgi_app = WSGIMiddleware(app.wsgi_app)``.
-
-    Given a Flask app's ``wsgi_app`` (or the app), requests are named by their URL rule
-    (``/users/<int:id>``); any other app's by their path, the first ``MAX_RAW_PATHS`` of them.
-    """
+class PythonWSGIMiddleware:
+    """The WSGI middleware in Python: where the native extension is not built, and for a call
+    with no Python frame to tag (uWSGI's and mod_wsgi's, from C)."""
 
     def __init__(self, app: Callable[..., Any]) -> None:
         self.app = app
-        owner: Any = getattr(app, "__self__", app)
-        # Flask, by what it has: routing happens inside it, so a hook says which rule matched.
-        self._routed = callable(getattr(owner, "before_request", None)) and hasattr(
-            owner, "url_map"
-        )
-        if self._routed:
-            global _flask_request_context
-            flask_globals = getattr(sys.modules.get("flask"), "globals", None)
-            _flask_request_context = getattr(flask_globals, "_cv_request", _flask_request_context)
-            owner.before_request(_flask_routed)
+        self._routed = _hook_routing(app)
 
     def __call__(
         self, environ: dict[str, Any], start_response: Callable[..., Any]
@@ -138,6 +136,52 @@ class WSGIMiddleware:
             return body  # type: ignore[return-value]
         request.body = body
         return request
+
+
+def _hook_routing(app: Callable[..., Any], hook: Callable[[], None] | None = None) -> bool:
+    """Whether the app routes requests itself and a hook (``hook``, or the Python one) now names
+    them by their route: a Flask app's ``wsgi_app`` (or the app), recognized by what it has."""
+    owner: Any = getattr(app, "__self__", app)
+    if not (callable(getattr(owner, "before_request", None)) and hasattr(owner, "url_map")):
+        return False
+    global _flask_request_context
+    _flask_request_context = _flask_context() or _flask_request_context
+    owner.before_request(hook or _flask_routed)
+    return True
+
+
+def _flask_context() -> contextvars.ContextVar[Any] | None:
+    # Flask's request context variable (Flask 2.2+; before, None).
+    flask_globals = getattr(sys.modules.get("flask"), "globals", None)
+    return getattr(flask_globals, "_cv_request", None)
+
+
+if native_route_tags() is None:
+    WSGIMiddleware: type[Any] = PythonWSGIMiddleware
+else:
+    from .. import _native
+
+    class WSGIMiddleware(_native.WSGIWrapper):  # type: ignore[no-redef]
+        """Wraps a WSGI app: ``app.wsgi_app = WSGIMiddleware(app.wsgi_app)``.
+
+        Given a Flask app's ``wsgi_app`` (or the app), requests are named by their URL rule
+        (``/users/<int:id>``); any other app's by their path, the first ``MAX_RAW_PATHS`` of
+        them.
+        """
+
+        def __init__(self, app: Callable[..., Any]) -> None:
+            context = _flask_context()
+            # The hook in C where Flask's context variable is there for it to read.
+            routed = _hook_routing(app, self.flask_routed if context is not None else None)
+            super().__init__(
+                app,
+                routed,
+                recorder,
+                PythonWSGIMiddleware.__call__,
+                UNMATCHED,
+                MAX_PENDING,
+                context,
+            )
 
 
 def _flask_routed() -> None:

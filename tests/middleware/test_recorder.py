@@ -14,9 +14,20 @@ from mwhelpers import ENGINES, counted
 import sampler
 import sampler.middleware
 from sampler import _requests
+from sampler._labels import native_route_tags
 from sampler._requests import MAX_RAW_PATHS, OVERFLOW, UNMATCHED, queue_delay, recorder
+from sampler.middleware._wsgi import PythonWSGIMiddleware
 
 NOW = 1_795_000_000.25
+
+# The WSGI middleware's two paths: in C where the native extension is built (what
+# WSGIMiddleware is then), and the Python one it falls back on.
+WSGI_PATHS = ["python"] + (["c"] if native_route_tags() is not None else [])
+
+
+@pytest.fixture(params=WSGI_PATHS)
+def wsgi_middleware(request):
+    return {"c": sampler.middleware.WSGIMiddleware, "python": PythonWSGIMiddleware}[request.param]
 
 
 def document_counting(expected):
@@ -100,8 +111,8 @@ def plain_app(environ, start_response):
     return [b"ok"]
 
 
-def test_a_plain_wsgi_app_counts_by_path_up_to_a_bound_then_overflows():
-    serving = Serving(sampler.middleware.WSGIMiddleware(plain_app))
+def test_a_plain_wsgi_app_counts_by_path_up_to_a_bound_then_overflows(wsgi_middleware):
+    serving = Serving(wsgi_middleware(plain_app))
     try:
         for i in range(MAX_RAW_PATHS + 10):
             assert serving.get(f"/page/{i}?q=1")[0] == 200
@@ -115,8 +126,8 @@ def test_a_plain_wsgi_app_counts_by_path_up_to_a_bound_then_overflows():
     assert "/page/0?q=1" not in routes  # the query string is not part of a route
 
 
-def test_errors_exceptions_and_streamed_bodies():
-    serving = Serving(sampler.middleware.WSGIMiddleware(plain_app))
+def test_errors_exceptions_and_streamed_bodies(wsgi_middleware):
+    serving = Serving(wsgi_middleware(plain_app))
     try:
         assert serving.get("/error")[0] == 500
         assert serving.get("/raise")[0] == 500  # wsgiref answers the exception
@@ -136,7 +147,7 @@ def spin(seconds):
         pass
 
 
-def make_flask_app():
+def make_flask_app(middleware=sampler.middleware.WSGIMiddleware):
     import flask
 
     app = flask.Flask("flaskapp")
@@ -146,16 +157,16 @@ def make_flask_app():
         spin(0.3)
         return {"item": item_id}
 
-    app.wsgi_app = sampler.middleware.WSGIMiddleware(app.wsgi_app)
+    app.wsgi_app = middleware(app.wsgi_app)
     return app
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_flask_requests_are_named_by_their_rule_and_label_their_samples(engine):
+def test_flask_requests_are_named_by_their_rule_and_label_their_samples(engine, wsgi_middleware):
     # The python engine's thread driver: this main thread waits on a socket meanwhile.
     driver = "thread" if engine == "python" else "auto"
     s = sampler.start(port="none", engine=engine, driver=driver)
-    serving = Serving(make_flask_app())
+    serving = Serving(make_flask_app(wsgi_middleware))
     try:
         header = {"X-Request-Start": f"t={time.time() - 0.25:.3f}"}
         assert serving.get("/items/7", header)[0] == 200
@@ -273,3 +284,134 @@ def test_a_batch_keeps_only_its_slowest_requests(monkeypatch):
     assert all(slow or top for *_, slow, top in looked_up)
     assert len(looked_up) < 30, len(looked_up)
     recorder.reset()
+
+
+class Body:
+    """An app's body that can be seen going: a weak reference dies with it."""
+
+    def __init__(self, chunks):
+        self.chunks = chunks
+        self.closed = False
+
+    def __iter__(self):
+        return iter(self.chunks)
+
+    def close(self):
+        self.closed = True
+
+
+def call_wsgi(app, environ):
+    statuses = []
+    body = app(environ, lambda status, headers, exc_info=None: statuses.append(status))
+    chunks = list(body)
+    body.close()
+    return statuses, chunks
+
+
+def test_a_request_leaves_no_cycle_behind(wsgi_middleware):
+    # The environ holds the request for the routing hook, the request its environ and body:
+    # once closed, both are freed at once, not by a later collection (a Flask request's
+    # objects would otherwise wait in the collector's generations).
+    import gc
+    import weakref
+
+    bodies = []
+
+    def app(environ, start_response):
+        start_response("200 OK", [])
+        body = Body([b"ok"])
+        body.environ = environ  # as a framework's response may hold its request
+        bodies.append(weakref.ref(body))
+        return body
+
+    wrapped = wsgi_middleware(app)
+    gc.disable()
+    try:
+        assert call_wsgi(wrapped, {"PATH_INFO": "/a"}) == (["200 OK"], [b"ok"])
+        assert bodies[0]() is None
+    finally:
+        gc.enable()
+    recorder.stop()
+    assert recorder.routes["/a"].count == 1
+
+
+def test_tags_of_the_caller_come_back_after_the_request(wsgi_middleware):
+    # The C path tags its caller's frame (it has none of its own): a tag the caller had open
+    # on that frame is in force again after the request, and inside it the route merges with
+    # it.
+    from sampler import _labels
+
+    seen = {}
+
+    def app(environ, start_response):
+        seen["labels"] = _labels.current_labels()
+        start_response("200 OK", [])
+        return [b"ok"]
+
+    wrapped = wsgi_middleware(app)
+    with sampler.tag(tenant="t1"):
+        before = dict(_labels.frame_tags)
+        call_wsgi(wrapped, {"PATH_INFO": "/b"})
+        assert _labels.current_labels() == {"tenant": "t1"}
+        assert _labels.frame_tags == before
+    assert seen["labels"] == {"tenant": "t1", "route": "/b"}
+    assert _labels.current_labels() == {}
+
+
+@pytest.mark.skipif("c" not in WSGI_PATHS, reason="the native extension is not built")
+def test_a_call_from_c_with_no_python_frame_takes_the_python_path():
+    # uWSGI and mod_wsgi call the app from C: no Python frame to tag, so the Python path does
+    # it, on a frame of its own. A thread started by _thread runs its function with none.
+    import _thread
+
+    from sampler import _labels
+
+    seen = {}
+
+    def app(environ, start_response):
+        seen["labels"] = _labels.current_labels()
+        seen["request"] = type(environ["fleetflame.request"]).__name__
+        start_response("200 OK", [])
+        return [b"ok"]
+
+    wrapped = sampler.middleware.WSGIMiddleware(app)
+    started = []
+    _thread.start_new_thread(wrapped, ({"PATH_INFO": "/from-c"}, lambda *a: started.append(a)))
+    deadline = time.monotonic() + 10
+    while not started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert started == [("200 OK", [], None)]
+    assert seen == {"labels": {"route": "/from-c"}, "request": "_Request"}
+
+
+def test_a_batch_counts_as_its_requests_one_by_one():
+    # The recorder counts a route's requests a batch at a time, judging each against the p99
+    # of its time (refreshed every REFRESH requests) as counting them singly would.
+    import random
+
+    from sampler._request_routes import Route
+
+    rng = random.Random(7)
+    finished = []
+    for _ in range(1234):
+        elapsed = rng.choice([0.001, 0.002, 0.05]) * rng.uniform(0.5, 1.5)
+        header = rng.choice([None, "", f"t={NOW - 0.01:.6f}", "t=abc"])
+        status = rng.choice(["200 OK", "503 Unavailable", 0, 404])
+        finished.append(("/r", 0.0, elapsed, header, NOW, 1, False, status, "/r"))
+    single, batched = Route(), Route()
+    slow_singly = []
+    for request in finished:
+        _, _, elapsed, header, wall, _, _, status, _ = request
+        slow_singly.append(single.p99 is not None and elapsed > single.p99)
+        queue = queue_delay(header, wall) if header else None
+        single.add(elapsed, queue, _requests.status_code(status))
+    candidates = batched.add_batch(finished[:500]) + batched.add_batch(finished[500:])
+    for name in ("count", "errors", "p99"):
+        assert getattr(batched, name) == getattr(single, name)
+    for name in ("latency", "queue", "total"):
+        assert getattr(batched, name).bins == getattr(single, name).bins
+    assert batched.slow_count == sum(slow_singly) > 0
+    slow = [
+        id(request) for request, was_slow in zip(finished, slow_singly, strict=True) if was_slow
+    ]
+    assert [id(request) for request, was_slow, _ in candidates if was_slow] == slow

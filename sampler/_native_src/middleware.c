@@ -1,0 +1,812 @@
+/* The request middleware's per-request work, in C: a route's tag and the WSGI wrapper.
+ *
+ * sampler/middleware/_wsgi.py and sampler/_labels.py hold the same logic in Python, the
+ * fallback where this extension is not built, and say what each step is for. Here a request
+ * costs no Python frame of ours: the wrapper is a type whose call does the work, the request
+ * object is the start_response the app is given and the body the server iterates, and the
+ * finished request is appended to the recorder's queue as the same tuple the Python path
+ * builds. Everything below runs under the GIL.
+ */
+#include "native.h"
+
+#include <structmember.h>
+#include <time.h>
+
+/* sampler._labels' state, bound once by labels_bind(). */
+static PyObject *current_labels; /* the ContextVar of the labels in force */
+static PyObject *frame_tags;     /* id(frame) -> label set id */
+static PyObject *route_sets;     /* (labels in force, route) -> (merged labels, set id) */
+static PyObject *route_set_new;  /* route_set_new(outer, route) -> that pair, on a miss */
+
+/* Whether open tags go to the native table too: while the engine runs (tags_load on, until
+ * tags_clear), as sampler._labels' _native_set. */
+static int tags_kept;
+
+void middleware_tags_kept(int kept)
+{
+    tags_kept = kept;
+}
+
+static double monotonic_now(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)now.tv_sec + now.tv_nsec * 1e-9;
+}
+
+/* -- RouteTag ----------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *frame_key; /* id(frame): an int */
+    PyObject *outer;     /* the labels in force when made */
+    PyObject *previous;  /* frame_tags' value for the frame before this tag opened, or NULL */
+    int open;
+} RouteTag;
+
+static PyTypeObject RouteTagType;
+
+static int bound(void)
+{
+    if (current_labels == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "sampler._native: labels_bind() was not called");
+        return 0;
+    }
+    return 1;
+}
+
+/* Readies ``tag`` for the frame at ``frame`` (not opened yet). */
+static int tag_ready(RouteTag *tag, const void *frame)
+{
+    tag->frame_key = PyLong_FromVoidPtr((void *)frame);
+    if (tag->frame_key == NULL || PyContextVar_Get(current_labels, NULL, &tag->outer) < 0) {
+        return -1;
+    }
+    tag->previous = NULL;
+    tag->open = 0;
+    return 0;
+}
+
+static int native_table_set(PyObject *frame_key, PyObject *set)
+{
+    if (!tags_kept) {
+        return 0;
+    }
+    void *frame = PyLong_AsVoidPtr(frame_key);
+    long value = set != NULL ? PyLong_AsLong(set) : -1;
+    if (PyErr_Occurred()) {
+        return -1;
+    }
+    tags_set(frame, value);
+    return 0;
+}
+
+/* Labels the frame's samples ``route`` (merged with the labels in force) from now on; returns
+ * a new reference to the label set id. */
+static PyObject *tag_route(RouteTag *tag, PyObject *route)
+{
+    PyObject *key = PyTuple_Pack(2, tag->outer, route);
+    if (key == NULL) {
+        return NULL;
+    }
+    PyObject *found = PyDict_GetItemWithError(route_sets, key);
+    Py_DECREF(key);
+    if (found != NULL) {
+        Py_INCREF(found);
+    } else if (PyErr_Occurred()) {
+        return NULL;
+    } else {
+        found = PyObject_CallFunctionObjArgs(route_set_new, tag->outer, route, NULL);
+        if (found == NULL) {
+            return NULL;
+        }
+    }
+    if (!PyTuple_Check(found) || PyTuple_GET_SIZE(found) != 2) {
+        Py_DECREF(found);
+        PyErr_SetString(PyExc_TypeError, "a route's label set must be (labels, set id)");
+        return NULL;
+    }
+    PyObject *items = PyTuple_GET_ITEM(found, 0), *set = PyTuple_GET_ITEM(found, 1);
+    if (!tag->open) {
+        PyObject *previous = PyDict_GetItemWithError(frame_tags, tag->frame_key);
+        if (previous == NULL && PyErr_Occurred()) {
+            Py_DECREF(found);
+            return NULL;
+        }
+        Py_XINCREF(previous);
+        tag->previous = previous;
+        tag->open = 1;
+    }
+    if (PyDict_SetItem(frame_tags, tag->frame_key, set) < 0 ||
+        native_table_set(tag->frame_key, set) < 0) {
+        Py_DECREF(found);
+        return NULL;
+    }
+    PyObject *token = PyContextVar_Set(current_labels, items);
+    if (token == NULL) {
+        Py_DECREF(found);
+        return NULL;
+    }
+    Py_DECREF(token);
+    Py_INCREF(set);
+    Py_DECREF(found);
+    return set;
+}
+
+/* Closes the tag: the frame's label set and the labels in force are what they were. */
+static int tag_close(RouteTag *tag)
+{
+    if (!tag->open) {
+        return 0;
+    }
+    tag->open = 0;
+    PyObject *previous = tag->previous;
+    tag->previous = NULL;
+    int failed;
+    if (previous == NULL) {
+        failed = PyDict_DelItem(frame_tags, tag->frame_key) < 0;
+        if (failed && PyErr_ExceptionMatches(PyExc_KeyError)) {
+            PyErr_Clear();
+            failed = 0;
+        }
+    } else {
+        failed = PyDict_SetItem(frame_tags, tag->frame_key, previous) < 0;
+    }
+    failed = failed || native_table_set(tag->frame_key, previous) < 0;
+    Py_XDECREF(previous);
+    if (failed) {
+        return -1;
+    }
+    PyObject *token = PyContextVar_Set(current_labels, tag->outer);
+    if (token == NULL) {
+        return -1;
+    }
+    Py_DECREF(token);
+    return 0;
+}
+
+static void tag_forget(RouteTag *tag)
+{
+    Py_CLEAR(tag->frame_key);
+    Py_CLEAR(tag->outer);
+    Py_CLEAR(tag->previous);
+}
+
+static PyObject *RouteTag_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *frame;
+    if (!bound() || !PyArg_UnpackTuple(args, "RouteTag", 1, 1, &frame) ||
+        (kwargs != NULL && !_PyArg_NoKeywords("RouteTag", kwargs))) {
+        return NULL;
+    }
+    RouteTag *tag = (RouteTag *)type->tp_alloc(type, 0);
+    if (tag != NULL && tag_ready(tag, frame) < 0) {
+        Py_DECREF(tag);
+        return NULL;
+    }
+    return (PyObject *)tag;
+}
+
+static void RouteTag_dealloc(RouteTag *tag)
+{
+    tag_forget(tag);
+    Py_TYPE(tag)->tp_free((PyObject *)tag);
+}
+
+static PyObject *RouteTag_route(RouteTag *tag, PyObject *route)
+{
+    return tag_route(tag, route);
+}
+
+static PyObject *RouteTag_close(RouteTag *tag, PyObject *unused)
+{
+    (void)unused;
+    if (tag_close(tag) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef RouteTag_methods[] = {
+    {"route", (PyCFunction)RouteTag_route, METH_O,
+     "Labels the frame's samples route=ROUTE from now on; returns the label set id."},
+    {"close", (PyCFunction)RouteTag_close, METH_NOARGS,
+     "Closes the tag: the labels in force are those from before it opened."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject RouteTagType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "sampler._native.RouteTag",
+    .tp_basicsize = sizeof(RouteTag),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "RouteTag(frame): a request's tag, one label (route) on the frame once routed.",
+    .tp_new = RouteTag_new,
+    .tp_dealloc = (destructor)RouteTag_dealloc,
+    .tp_methods = RouteTag_methods,
+};
+
+/* -- the WSGI wrapper ----------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *app;
+    PyObject *recorder;      /* sampler._requests.recorder */
+    PyObject *fallback;      /* the pure-Python __call__, for a call with no Python caller */
+    PyObject *unmatched;     /* the route of a routed app's request until routed */
+    PyObject *file_wrapper;  /* "wsgi.file_wrapper" */
+    PyObject *flask_context; /* Flask's request context variable, or None */
+    PyObject *dict;
+    Py_ssize_t max_pending;  /* the recorder's queue bound: past it recorder.finish drops */
+    int routed;              /* routing happens in the app: a hook calls request.routed() */
+} WSGIWrapper;
+
+typedef struct {
+    PyObject_HEAD
+    WSGIWrapper *wrapper;
+    PyObject *environ;
+    PyObject *start_response;
+    PyObject *body;
+    PyObject *header; /* the request-start header, or None */
+    PyObject *status; /* what the app passed to start_response; 0 until then or if it raised */
+    PyObject *route;  /* once routed (or from the path), else NULL */
+    double started, wall;
+    RouteTag tag;     /* embedded: its PyObject_HEAD unused */
+    int finished;
+} WSGIRequest;
+
+static PyTypeObject WSGIWrapperType, WSGIRequestType;
+
+static PyObject *str_pending, *str_awake, *str_finish, *str_route_name, *str_close;
+static PyObject *str_path_info, *str_request_start, *str_queue_start, *str_file_wrapper;
+static PyObject *str_slash, *str_append, *str_key, *zero;
+static PyObject *str_request, *str_environ, *str_url_rule, *str_rule, *str_route, *str_routed;
+
+static PyObject *environ_get(PyObject *environ, PyObject *key)
+{
+    /* A borrowed reference, or NULL (an error set only if the look-up failed). */
+    return PyDict_Check(environ) ? PyDict_GetItemWithError(environ, key) : NULL;
+}
+
+/* The route a template (or, with ``raw``, a path) counts under: recorder.route_name's. */
+static PyObject *route_name(PyObject *recorder, PyObject *seen, int raw)
+{
+    PyObject *names = PyObject_GetAttrString(recorder, "names");
+    if (names == NULL) {
+        return NULL;
+    }
+    PyObject *name = PyDict_Check(names) ? PyDict_GetItemWithError(names, seen) : NULL;
+    Py_DECREF(names);
+    if (name != NULL) {
+        Py_INCREF(name);
+        return name;
+    }
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    return PyObject_CallMethodObjArgs(recorder, str_route_name, seen, raw ? Py_True : Py_False,
+                                      NULL);
+}
+
+/* Hands the finished request to the recorder, as WSGI's _Request.finish does: appended to
+ * its queue, the recorder's thread woken if it sleeps. */
+static int request_finish(WSGIRequest *request)
+{
+    if (request->finished) {
+        return 0;
+    }
+    request->finished = 1;
+    double now = monotonic_now();
+    PyObject *route = request->route != NULL ? request->route : request->wrapper->unmatched;
+    PyObject *path = environ_get(request->environ, str_path_info);
+    if (path == NULL && PyErr_Occurred()) {
+        return -1;
+    }
+    if (path == NULL || !PyObject_IsTrue(path)) {
+        path = str_slash;
+    }
+    PyObject *finished = Py_BuildValue(
+        "(OddOdkOOO)", route, request->started, now - request->started, request->header,
+        request->wall, PyThread_get_thread_ident(), Py_False, request->status, path);
+    if (finished == NULL) {
+        return -1;
+    }
+    PyObject *recorder = request->wrapper->recorder;
+    PyObject *pending = PyObject_GetAttr(recorder, str_pending);
+    int failed = pending == NULL;
+    if (!failed) {
+        /* The queue's bound and the wake-up: recorder.finish does both, called when the queue
+         * is long (it counts the drop) or the recorder's thread is not awake. */
+        PyObject *awake = PyObject_GetAttr(recorder, str_awake);
+        Py_ssize_t length = PyObject_Size(pending);
+        if (awake == NULL || length < 0) {
+            failed = 1;
+        } else if (awake == Py_True && length < request->wrapper->max_pending) {
+            PyObject *done = PyObject_CallMethodOneArg(pending, str_append, finished);
+            failed = done == NULL;
+            Py_XDECREF(done);
+        } else {
+            PyObject *done = PyObject_CallMethodOneArg(recorder, str_finish, finished);
+            failed = done == NULL;
+            Py_XDECREF(done);
+        }
+        Py_XDECREF(awake);
+        Py_DECREF(pending);
+    }
+    Py_DECREF(finished);
+    /* The environ holds the request (for the routing hook), and the body may hold the environ:
+     * let go of both, so the cycle's objects are freed now, not by the next collection. */
+    Py_CLEAR(request->environ);
+    Py_CLEAR(request->body);
+    return failed ? -1 : 0;
+}
+
+static WSGIRequest *request_new(WSGIWrapper *wrapper, PyObject *environ,
+                                PyObject *start_response, const void *frame)
+{
+    WSGIRequest *request = PyObject_GC_New(WSGIRequest, &WSGIRequestType);
+    if (request == NULL) {
+        return NULL;
+    }
+    request->started = monotonic_now();
+    Py_INCREF(wrapper);
+    request->wrapper = wrapper;
+    Py_INCREF(environ);
+    request->environ = environ;
+    Py_INCREF(start_response);
+    request->start_response = start_response;
+    request->body = NULL;
+    request->route = NULL;
+    request->finished = 0;
+    request->tag.frame_key = request->tag.outer = request->tag.previous = NULL;
+    request->tag.open = 0;
+    Py_INCREF(zero);
+    request->status = zero;
+    PyObject_GC_Track(request);
+    PyObject *header = environ_get(environ, str_request_start);
+    if (header == NULL || !PyObject_IsTrue(header)) {
+        header = environ_get(environ, str_queue_start);
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(request);
+        return NULL;
+    }
+    if (header != NULL && PyObject_IsTrue(header)) {
+        request->header = Py_NewRef(header);
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        request->wall = (double)now.tv_sec + now.tv_nsec * 1e-9;
+    } else {
+        request->header = Py_NewRef(header != NULL ? header : Py_None);
+        request->wall = 0.0;
+    }
+    if (tag_ready(&request->tag, frame) < 0) {
+        Py_DECREF(request);
+        return NULL;
+    }
+    return request;
+}
+
+static int request_traverse(WSGIRequest *request, visitproc visit, void *arg)
+{
+    Py_VISIT(request->wrapper);
+    Py_VISIT(request->environ);
+    Py_VISIT(request->start_response);
+    Py_VISIT(request->body);
+    Py_VISIT(request->header);
+    Py_VISIT(request->status);
+    Py_VISIT(request->route);
+    Py_VISIT(request->tag.outer);
+    Py_VISIT(request->tag.previous);
+    return 0;
+}
+
+static int request_clear(WSGIRequest *request)
+{
+    Py_CLEAR(request->wrapper);
+    Py_CLEAR(request->environ);
+    Py_CLEAR(request->start_response);
+    Py_CLEAR(request->body);
+    Py_CLEAR(request->header);
+    Py_CLEAR(request->status);
+    Py_CLEAR(request->route);
+    tag_forget(&request->tag);
+    return 0;
+}
+
+static void request_dealloc(WSGIRequest *request)
+{
+    PyObject_GC_UnTrack(request);
+    request_clear(request);
+    PyObject_GC_Del(request);
+}
+
+/* The start_response the app is given: notes the status, then calls the server's. */
+static PyObject *request_call(WSGIRequest *request, PyObject *args, PyObject *kwargs)
+{
+    PyObject *status, *headers, *exc_info = Py_None;
+    static char *keywords[] = {"status", "headers", "exc_info", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O:start_response", keywords, &status,
+                                     &headers, &exc_info)) {
+        return NULL;
+    }
+    Py_INCREF(status);
+    Py_SETREF(request->status, status);
+    return PyObject_CallFunctionObjArgs(request->start_response, status, headers, exc_info, NULL);
+}
+
+static PyObject *request_iter(WSGIRequest *request)
+{
+    if (request->body == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the request has no body yet");
+        return NULL;
+    }
+    return PyObject_GetIter(request->body);
+}
+
+/* Closes the app's body, then hands the finished request over (even if closing raised). */
+static PyObject *request_close(WSGIRequest *request, PyObject *unused)
+{
+    (void)unused;
+    int failed = 0;
+    if (request->body != NULL) {
+        PyObject *close;
+        if (_PyObject_LookupAttr(request->body, str_close, &close) < 0) {
+            failed = 1;
+        } else if (close != NULL) {
+            PyObject *done = PyObject_CallNoArgs(close);
+            failed = done == NULL;
+            Py_XDECREF(done);
+            Py_DECREF(close);
+        }
+    }
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    int finish_failed = request_finish(request) < 0;
+    if (failed) {
+        if (finish_failed) {
+            PyErr_Clear();
+        }
+        PyErr_Restore(type, value, traceback);
+        return NULL;
+    }
+    if (finish_failed) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* The routing hook's call: the request is named after its route template from now on. */
+static PyObject *request_routed(WSGIRequest *request, PyObject *template)
+{
+    PyObject *route = route_name(request->wrapper->recorder, template, 0);
+    if (route == NULL) {
+        return NULL;
+    }
+    Py_XSETREF(request->route, route);
+    if (request->tag.frame_key != NULL && !request->finished) {
+        PyObject *set = tag_route(&request->tag, route);
+        if (set == NULL) {
+            return NULL;
+        }
+        Py_DECREF(set);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *request_get_route(WSGIRequest *request, void *unused)
+{
+    (void)unused;
+    return Py_NewRef(request->route != NULL ? request->route : Py_None);
+}
+
+static PyObject *request_get_status(WSGIRequest *request, void *unused)
+{
+    (void)unused;
+    return Py_NewRef(request->status);
+}
+
+static PyMethodDef request_methods[] = {
+    {"close", (PyCFunction)request_close, METH_NOARGS,
+     "Closes the app's body; the request is timed up to here."},
+    {"routed", (PyCFunction)request_routed, METH_O,
+     "routed(template): names the request (and its samples) after its route from now on."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef request_getset[] = {
+    {"route", (getter)request_get_route, NULL, "The route, once known; None before.", NULL},
+    {"status", (getter)request_get_status, NULL, "What the app passed to start_response.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject WSGIRequestType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "sampler._native.WSGIRequest",
+    .tp_basicsize = sizeof(WSGIRequest),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "One request in flight: the app's start_response and the body the server gets.",
+    .tp_dealloc = (destructor)request_dealloc,
+    .tp_traverse = (traverseproc)request_traverse,
+    .tp_clear = (inquiry)request_clear,
+    .tp_call = (ternaryfunc)request_call,
+    .tp_iter = (getiterfunc)request_iter,
+    .tp_methods = request_methods,
+    .tp_getset = request_getset,
+};
+
+/* The wrapper's call: the Python WSGIMiddleware.__call__, step for step. */
+static PyObject *wrapper_call(WSGIWrapper *wrapper, PyObject *args, PyObject *kwargs)
+{
+    PyObject *environ, *start_response;
+    if (!PyArg_UnpackTuple(args, "WSGIMiddleware", 2, 2, &environ, &start_response) ||
+        (kwargs != NULL && !_PyArg_NoKeywords("WSGIMiddleware", kwargs))) {
+        return NULL;
+    }
+    PyFrameObject *caller = PyEval_GetFrame();
+    if (caller == NULL || !PyDict_Check(environ) || !bound()) {
+        /* Called from C with no Python frame to tag (uWSGI, mod_wsgi), or an environ that is
+         * not a dict: the Python path, which tags a frame of its own. */
+        PyErr_Clear();
+        return PyObject_CallFunctionObjArgs(wrapper->fallback, (PyObject *)wrapper, environ,
+                                            start_response, NULL);
+    }
+    WSGIRequest *request = request_new(wrapper, environ, start_response, caller);
+    if (request == NULL) {
+        return NULL;
+    }
+    if (!wrapper->routed) {
+        PyObject *path = environ_get(environ, str_path_info);
+        if (path == NULL || !PyObject_IsTrue(path)) {
+            path = str_slash;
+        }
+        request->route = route_name(wrapper->recorder, path, 1);
+        PyObject *set = request->route != NULL ? tag_route(&request->tag, request->route) : NULL;
+        if (set == NULL) {
+            Py_DECREF(request);
+            return NULL;
+        }
+        Py_DECREF(set);
+    }
+    if (PyDict_SetItem(environ, str_key, (PyObject *)request) < 0) {
+        Py_DECREF(request);
+        return NULL;
+    }
+    PyObject *body = PyObject_CallFunctionObjArgs(wrapper->app, environ, (PyObject *)request,
+                                                  NULL);
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    if (body == NULL) {
+        Py_INCREF(zero);
+        Py_SETREF(request->status, zero);
+        if (request_finish(request) < 0) {
+            PyErr_Clear(); /* the app's exception is the one raised */
+        }
+    }
+    int close_failed = tag_close(&request->tag) < 0;
+    Py_CLEAR(request->tag.frame_key); /* closed for good: a late routed() names, tags nothing */
+    if (body == NULL || close_failed) {
+        if (body == NULL) {
+            if (close_failed || PyErr_Occurred()) {
+                PyErr_Clear();
+            }
+            PyErr_Restore(type, value, traceback);
+        }
+        Py_XDECREF(body);
+        Py_DECREF(request);
+        return NULL;
+    }
+    PyObject *file_wrapper = environ_get(environ, str_file_wrapper);
+    if (file_wrapper != NULL && PyType_Check(file_wrapper) &&
+        PyObject_TypeCheck(body, (PyTypeObject *)file_wrapper)) {
+        /* Left as is, so the server can still send the file its own way (sendfile). */
+        int failed = request_finish(request) < 0;
+        Py_DECREF(request);
+        if (failed) {
+            Py_DECREF(body);
+            return NULL;
+        }
+        return body;
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(body);
+        Py_DECREF(request);
+        return NULL;
+    }
+    request->body = body;
+    return (PyObject *)request;
+}
+
+static int wrapper_init(WSGIWrapper *wrapper, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"app",       "routed",      "recorder",      "fallback",
+                               "unmatched", "max_pending", "flask_context", NULL};
+    PyObject *app, *recorder, *fallback, *unmatched, *flask_context = Py_None;
+    int routed;
+    Py_ssize_t bound;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OpOOUn|O:WSGIWrapper", keywords, &app,
+                                     &routed, &recorder, &fallback, &unmatched, &bound,
+                                     &flask_context)) {
+        return -1;
+    }
+    if (flask_context != Py_None && !PyContextVar_CheckExact(flask_context)) {
+        PyErr_SetString(PyExc_TypeError, "flask_context must be a ContextVar or None");
+        return -1;
+    }
+    Py_XSETREF(wrapper->app, Py_NewRef(app));
+    Py_XSETREF(wrapper->recorder, Py_NewRef(recorder));
+    Py_XSETREF(wrapper->fallback, Py_NewRef(fallback));
+    Py_XSETREF(wrapper->unmatched, Py_NewRef(unmatched));
+    Py_XSETREF(wrapper->flask_context, Py_NewRef(flask_context));
+    wrapper->routed = routed;
+    wrapper->max_pending = bound;
+    return 0;
+}
+
+static int wrapper_traverse(WSGIWrapper *wrapper, visitproc visit, void *arg)
+{
+    Py_VISIT(wrapper->app);
+    Py_VISIT(wrapper->recorder);
+    Py_VISIT(wrapper->fallback);
+    Py_VISIT(wrapper->unmatched);
+    Py_VISIT(wrapper->flask_context);
+    Py_VISIT(wrapper->dict);
+    return 0;
+}
+
+static int wrapper_clear(WSGIWrapper *wrapper)
+{
+    Py_CLEAR(wrapper->app);
+    Py_CLEAR(wrapper->recorder);
+    Py_CLEAR(wrapper->fallback);
+    Py_CLEAR(wrapper->unmatched);
+    Py_CLEAR(wrapper->flask_context);
+    Py_CLEAR(wrapper->dict);
+    return 0;
+}
+
+static void wrapper_dealloc(WSGIWrapper *wrapper)
+{
+    PyObject_GC_UnTrack(wrapper);
+    wrapper_clear(wrapper);
+    Py_TYPE(wrapper)->tp_free((PyObject *)wrapper);
+}
+
+/* A Flask before_request function: Flask has matched the URL rule (or failed to) by now. */
+static PyObject *wrapper_flask_routed(WSGIWrapper *wrapper, PyObject *unused)
+{
+    (void)unused;
+    PyObject *context, *flask_request = NULL, *environ = NULL, *rule = NULL, *template = NULL;
+    PyObject *result = NULL;
+    if (wrapper->flask_context == NULL || wrapper->flask_context == Py_None) {
+        Py_RETURN_NONE;
+    }
+    if (PyContextVar_Get(wrapper->flask_context, Py_None, &context) < 0) {
+        return NULL;
+    }
+    if (context == Py_None) {
+        Py_DECREF(context);
+        Py_RETURN_NONE;
+    }
+    flask_request = PyObject_GetAttr(context, str_request);
+    environ = flask_request != NULL ? PyObject_GetAttr(flask_request, str_environ) : NULL;
+    if (environ == NULL) {
+        goto done;
+    }
+    PyObject *request = environ_get(environ, str_key);
+    if (request == NULL) {
+        result = PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+        goto done;
+    }
+    Py_INCREF(request);
+    Py_SETREF(environ, request); /* released below */
+    PyObject *route = NULL;
+    int fast = Py_IS_TYPE(request, &WSGIRequestType);
+    if (fast) {
+        route = Py_XNewRef(((WSGIRequest *)request)->route);
+    } else if (_PyObject_LookupAttr(request, str_route, &route) < 0) {
+        goto done;
+    }
+    if (route != NULL && route != Py_None) {
+        Py_DECREF(route);
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    Py_XDECREF(route);
+    rule = PyObject_GetAttr(flask_request, str_url_rule);
+    if (rule == NULL) {
+        goto done;
+    }
+    template = rule == Py_None ? Py_NewRef(wrapper->unmatched) : PyObject_GetAttr(rule, str_rule);
+    if (template == NULL) {
+        goto done;
+    }
+    result = fast ? request_routed((WSGIRequest *)request, template)
+                  : PyObject_CallMethodOneArg(request, str_routed, template);
+done:
+    Py_DECREF(context);
+    Py_XDECREF(flask_request);
+    Py_XDECREF(environ);
+    Py_XDECREF(rule);
+    Py_XDECREF(template);
+    return result;
+}
+
+static PyMethodDef wrapper_methods[] = {
+    {"flask_routed", (PyCFunction)wrapper_flask_routed, METH_NOARGS,
+     "A Flask before_request function: names the request after its URL rule."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef wrapper_members[] = {
+    {"app", T_OBJECT, offsetof(WSGIWrapper, app), READONLY, "The wrapped app."},
+    {"_routed", T_BOOL, offsetof(WSGIWrapper, routed), READONLY,
+     "Whether a routing hook names the requests."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject WSGIWrapperType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "sampler._native.WSGIWrapper",
+    .tp_basicsize = sizeof(WSGIWrapper),
+    .tp_dictoffset = offsetof(WSGIWrapper, dict),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "WSGIWrapper(app, routed, recorder, fallback, unmatched, max_pending): the WSGI middleware's "
+              "per-request work in C (sampler.middleware.WSGIMiddleware is one).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)wrapper_init,
+    .tp_dealloc = (destructor)wrapper_dealloc,
+    .tp_traverse = (traverseproc)wrapper_traverse,
+    .tp_clear = (inquiry)wrapper_clear,
+    .tp_call = (ternaryfunc)wrapper_call,
+    .tp_members = wrapper_members,
+    .tp_methods = wrapper_methods,
+};
+
+/* -- the module's part ------------------------------------------------------------------------- */
+
+PyObject *native_labels_bind(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *var, *tags, *sets, *set_new;
+    if (!PyArg_ParseTuple(args, "O!O!O!O:labels_bind", &PyContextVar_Type, &var, &PyDict_Type,
+                          &tags, &PyDict_Type, &sets, &set_new)) {
+        return NULL;
+    }
+    Py_XSETREF(current_labels, Py_NewRef(var));
+    Py_XSETREF(frame_tags, Py_NewRef(tags));
+    Py_XSETREF(route_sets, Py_NewRef(sets));
+    Py_XSETREF(route_set_new, Py_NewRef(set_new));
+    Py_RETURN_NONE;
+}
+
+int middleware_add_types(PyObject *module)
+{
+    struct {
+        PyObject **at;
+        const char *text;
+    } names[] = {
+        {&str_pending, "pending"},           {&str_awake, "_awake"},
+        {&str_finish, "finish"},             {&str_route_name, "route_name"},
+        {&str_close, "close"},               {&str_path_info, "PATH_INFO"},
+        {&str_request_start, "HTTP_X_REQUEST_START"},
+        {&str_queue_start, "HTTP_X_QUEUE_START"},
+        {&str_file_wrapper, "wsgi.file_wrapper"},
+        {&str_slash, "/"},                   {&str_append, "append"},
+        {&str_key, "fleetflame.request"},
+        {&str_request, "request"},           {&str_environ, "environ"},
+        {&str_url_rule, "url_rule"},         {&str_rule, "rule"},
+        {&str_route, "route"},               {&str_routed, "routed"},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        *names[i].at = PyUnicode_InternFromString(names[i].text);
+        if (*names[i].at == NULL) {
+            return -1;
+        }
+    }
+    zero = PyLong_FromLong(0);
+    if (zero == NULL || PyType_Ready(&RouteTagType) < 0 || PyType_Ready(&WSGIRequestType) < 0 ||
+        PyType_Ready(&WSGIWrapperType) < 0 ||
+        PyModule_AddObjectRef(module, "RouteTag", (PyObject *)&RouteTagType) < 0 ||
+        PyModule_AddObjectRef(module, "WSGIWrapper", (PyObject *)&WSGIWrapperType) < 0) {
+        return -1;
+    }
+    return 0;
+}
