@@ -31,23 +31,28 @@ MAX_QUEUE = 3600.0
 def queue_delay(header: str, now: float) -> float | None:
     """Seconds between a request-start header (``t=...`` or a bare number, in seconds, ms, us
     or ns since the epoch, told apart by magnitude) and ``now``; None if it is not one."""
-    text = header.strip()
-    if text.startswith("t="):
-        text = text[2:]
-    try:
-        value = float(text)
+    try:  # float() takes the white space around; most proxies write t= and seconds
+        value = float(header[2:] if header.startswith("t=") else header)
     except ValueError:
+        text = header.strip()
+        if text.startswith("t="):
+            text = text[2:]
         try:  # "t=..., D=..." (Apache's mod_headers adds D=)
             value = float(text.split(",", 1)[0].split(" ", 1)[0])
         except ValueError:
             return None
-    if value != value or value <= 0:
+    if not value > 0:  # nan too
         return None
-    for scale in (1.0, 1e3, 1e6, 1e9):  # seconds are ~1.8e9 in this century
-        if value < 1e11 * scale:
-            delay = now - value / scale
-            return delay if -MAX_QUEUE < delay < MAX_QUEUE else None
-    return None
+    if value < 1e11:
+        delay = now - value
+    else:
+        for scale in (1e3, 1e6, 1e9):  # seconds are ~1.8e9 in this century
+            if value < 1e11 * scale:
+                delay = now - value / scale
+                break
+        else:
+            return None
+    return delay if -MAX_QUEUE < delay < MAX_QUEUE else None
 
 
 def _is_error(code: int) -> bool:
