@@ -335,19 +335,24 @@ def in_process(rounds: int) -> None:
     import sampler
     import sampler.middleware
     from sampler._requests import Recorder, recorder
+    from sampler.middleware._wsgi import PythonWSGIMiddleware
 
-    def flask_app(middleware: bool) -> object:
+    def flask_app(middleware: object) -> object:
         app = flask.Flask("bench")
 
         @app.route("/items/<int:item_id>")
         def item(item_id: int) -> dict:
             return {"item": item_id}
 
-        if middleware:
-            app.wsgi_app = sampler.middleware.WSGIMiddleware(app.wsgi_app)  # type: ignore[method-assign]
+        if middleware is not None:
+            app.wsgi_app = middleware(app.wsgi_app)  # type: ignore[method-assign,operator]
         return app
 
-    app, wrapped = flask_app(False), flask_app(True)
+    # WSGIMiddleware is the C path where the native extension is built; the Python path is
+    # its fallback (and what the extension-less install runs).
+    app, wrapped = flask_app(None), flask_app(sampler.middleware.WSGIMiddleware)
+    wrapped_python = flask_app(PythonWSGIMiddleware)
+    path = "C" if sampler.middleware.WSGIMiddleware is not PythonWSGIMiddleware else "Python"
     header = f"t={time.time():.6f}"
     environ = EnvironBuilder(path="/items/1", headers={"X-Request-Start": header}).get_environ()
 
@@ -368,11 +373,12 @@ def in_process(rounds: int) -> None:
     s = sampler.start(port="none", interval=0.01)
     try:
         count = 10_000
-        plain, with_, recorder_us = [], [], []
+        plain, with_, with_python, recorder_us = [], [], [], []
         for _ in range(rounds):
             recorder.reset()
             plain.append(call(app, count))
             with_.append(call(wrapped, count))
+            with_python.append(call(wrapped_python, count))
             # What the recorder's thread does with them (timed here, on this thread).
             recorder.stop()  # its thread gone: the batch waits for the timed call below
             recorder.pending.extend(
@@ -395,12 +401,15 @@ def in_process(rounds: int) -> None:
         recorder.reset()
     finally:
         sampler.stop()
-    p, w, r = (statistics.median(x) for x in (plain, with_, recorder_us))
+    p, w, wp, r = (statistics.median(x) for x in (plain, with_, with_python, recorder_us))
     print(
         f"in process, a Flask app called directly ({s.engine.name} engine, {rounds} rounds of "
         f"{count:,} requests, medians):"
     )
-    print(f"  on the request's thread: {p:.2f} us a call without, {w:.2f} us with: +{w - p:.2f} us")
+    print(
+        f"  on the request's thread: {p:.2f} us a call without, {w:.2f} us with ({path} path): "
+        f"+{w - p:.2f} us; the Python path {wp:.2f} us: +{wp - p:.2f} us"
+    )
     print(
         f"  on the recorder's thread: {r:.2f} us a request (sketches, p99, slow requests' stacks)"
     )
