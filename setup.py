@@ -48,6 +48,7 @@ def native_extensions() -> list[Extension]:
         "gil",
         "tags",
         "middleware",
+        "counting",
     ]
     return [
         Extension(

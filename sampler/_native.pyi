@@ -67,3 +67,24 @@ class WSGIWrapper:
     ) -> None: ...
     def flask_routed(self) -> None: ...
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any: ...
+
+def count_requests(
+    chunk: list[Any],
+    threshold: float,
+    latency_bins: dict[int, int],
+    queue_bins: dict[int, int],
+    total_bins: dict[int, int],
+    scale: float,
+    min_value: float,
+    queue_delay: Callable[[str, float], float | None],
+    status_code: Callable[[Any], int],
+    max_queue: float,
+    /,
+) -> tuple[
+    int,
+    int,
+    tuple[int, float, float],
+    tuple[int, float, float],
+    tuple[int, float, float],
+    list[int],
+]: ...

@@ -59,6 +59,11 @@ def _is_error(code: int) -> bool:
     return code == 0 or code >= 500
 
 
+try:
+    from . import _native
+except ImportError:  # not built: the Python path counts
+    _native = None  # type: ignore[assignment]
+
 # Of a finished request (sampler._requests.Finished): its seconds, its status.
 _elapsed = itemgetter(2)
 _status = itemgetter(7)
@@ -140,8 +145,11 @@ class Route:
 
     def add(self, elapsed: float, queue: float | None, status: int) -> None:
         """Counts one request and keeps the p99 estimate fresh."""
-        queued = [] if queue is None else [(queue, elapsed)]
-        self._count([elapsed], queued, _is_error(status))
+        self.latency.add(elapsed)
+        if queue is not None:
+            self.queue.add(queue)
+            self.total.add(queue + elapsed)
+        self._counted(1, _is_error(status))
 
     def add_batch(self, requests: list[Finished]) -> list[tuple[Finished, bool, float | None]]:
         """Counts finished requests, in order, as ``add`` would one by one; returns those that
@@ -149,6 +157,7 @@ class Route:
         of its time and its queueing delay."""
         slowest = self.slowest
         floor = slowest[0].duration if len(slowest) >= TOP else -math.inf
+        count_chunk = self._count_in_c if _native is not None else self._count_in_python
         candidates = []
         at = 0
         while at < len(requests):
@@ -156,34 +165,57 @@ class Route:
             chunk = requests[at : at + REFRESH - self.count % REFRESH]
             at += len(chunk)
             p99 = self.p99
-            threshold = floor if p99 is None else min(floor, p99)
-            for request in [request for request in chunk if request[2] > threshold]:
+            for request in count_chunk(chunk, floor if p99 is None else min(floor, p99)):
                 slow = p99 is not None and request[2] > p99
                 self.slow_count += slow
                 queue = queue_delay(request[3], request[4]) if request[3] else None
                 candidates.append((request, slow, queue))
-            queued = [
-                (delay, request[2])
-                for request in chunk
-                if request[3] and (delay := queue_delay(request[3], request[4])) is not None
-            ]
-            errors = sum(
-                count
-                for status, count in Counter(map(_status, chunk)).items()
-                if _is_error(status_code(status))
-            )
-            self._count(list(map(_elapsed, chunk)), queued, errors)
+            self._counted(len(chunk), 0)
         return candidates
 
-    def _count(self, elapsed: list[float], queued: list[tuple[float, float]], errors: int) -> None:
-        # Requests up to the next refresh of the p99 at most, and those of them that had a
-        # queueing delay: (delay, elapsed).
-        self.count += len(elapsed)
-        self.errors += errors
-        self.latency.add_all(elapsed)
+    def _count_in_python(self, chunk: list[Finished], threshold: float) -> list[Finished]:
+        # Counts the chunk into the sketches and errors; returns its requests over threshold.
+        queued = [
+            (delay, request[2])
+            for request in chunk
+            if request[3] and (delay := queue_delay(request[3], request[4])) is not None
+        ]
+        self.latency.add_all(list(map(_elapsed, chunk)))
         if queued:
             self.queue.add_all([queue for queue, _ in queued])
             self.total.add_all([queue + seconds for queue, seconds in queued])
+        self.errors += sum(
+            count
+            for status, count in Counter(map(_status, chunk)).items()
+            if _is_error(status_code(status))
+        )
+        return [request for request in chunk if request[2] > threshold]
+
+    def _count_in_c(self, chunk: list[Finished], threshold: float) -> list[Finished]:
+        # The same in C (sampler/_native_src/counting.c): one call a chunk.
+        latency, queue, total = self.latency, self.queue, self.total
+        errors, queued, in_latency, in_queue, in_total, over = _native.count_requests(
+            chunk,
+            threshold,
+            latency.bins,
+            queue.bins,
+            total.bins,
+            latency.scale,  # the three sketches are alike
+            latency.min_value,
+            queue_delay,
+            status_code,
+            MAX_QUEUE,
+        )
+        latency.counted(len(chunk), *in_latency)
+        queue.counted(queued, *in_queue)
+        total.counted(queued, *in_total)
+        self.errors += errors
+        return [chunk[at] for at in over]
+
+    def _counted(self, count: int, errors: int) -> None:
+        # Requests counted into the sketches: up to the next refresh of the p99 at most.
+        self.count += count
+        self.errors += errors
         if self.count % REFRESH == 0:
             since = self.marks[0] if len(self.marks) == 2 else None
             if self.count >= MIN_FOR_P99:

@@ -107,6 +107,23 @@ class Sketch:
         if len(bins) > self.max_bins:
             self._collapse()
 
+    @property
+    def scale(self) -> float:
+        """A value counts in bin ``ceil(log(value) * scale)``."""
+        return self._scale
+
+    def counted(self, count: int, zero: int, total: float, top: float) -> None:
+        """Takes the figures of ``count`` values whose bins were counted into ``bins`` already
+        (by the native recorder): how many were under ``min_value``, the others' sum and max."""
+        self.count += count
+        self.zero += zero
+        if count > zero:
+            self.sum += total
+            if top > self.max:
+                self.max = top
+        if len(self.bins) > self.max_bins:
+            self._collapse()
+
     def _collapse(self) -> None:
         """Folds the lowest bins into the lowest kept one until ``max_bins`` are left."""
         bins = self.bins

@@ -816,6 +816,11 @@ static PyMethodDef methods[] = {
      "tags_load({frame_id: label_set}): the open tags are these, and no others."},
     {"tags_clear", native_tags_clear, METH_NOARGS, "Forgets every open tag."},
     {"stats", native_stats, METH_NOARGS, "The engine's counters."},
+    {"count_requests", native_count_requests, METH_VARARGS,
+     "count_requests(chunk, threshold, latency_bins, queue_bins, total_bins, scale, min_value, "
+     "queue_delay, status_code, max_queue) -> (errors, queued, latency, queue, total, over): "
+     "a route's finished requests into its sketches' bins (each sketch's zero, sum and max "
+     "returned), and the indices of those slower than threshold."},
     {"labels_bind", native_labels_bind, METH_VARARGS,
      "labels_bind(labels_var, frame_tags, route_sets, route_set_new): sampler._labels' "
      "state, for RouteTag and WSGIWrapper."},

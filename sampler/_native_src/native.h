@@ -169,6 +169,10 @@ PyObject *native_labels_bind(PyObject *module, PyObject *args);
 /* Adds RouteTag and WSGIWrapper to the module; -1 with an exception set on failure. */
 int middleware_add_types(PyObject *module);
 
+/* -- the request recorder's counting (counting.c) ---------------------------------------------- */
+
+PyObject *native_count_requests(PyObject *module, PyObject *args);
+
 /* -- threads: timers and the wall thread (threads.c) ------------------------------------- */
 
 int threads_init(void);

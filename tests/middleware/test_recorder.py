@@ -384,19 +384,29 @@ def test_a_call_from_c_with_no_python_frame_takes_the_python_path():
     assert seen == {"labels": {"route": "/from-c"}, "request": "_Request"}
 
 
-def test_a_batch_counts_as_its_requests_one_by_one():
-    # The recorder counts a route's requests a batch at a time, judging each against the p99
-    # of its time (refreshed every REFRESH requests) as counting them singly would.
+@pytest.mark.parametrize("path", ["python"] + (["c"] if "c" in WSGI_PATHS else []))
+def test_a_batch_counts_as_its_requests_one_by_one(path, monkeypatch):
+    # The recorder counts a route's requests a batch at a time (in C where the native
+    # extension is built), judging each against the p99 of its time (refreshed every REFRESH
+    # requests) as counting them singly would.
     import random
 
+    from sampler import _request_routes
     from sampler._request_routes import Route
+
+    if path == "python":
+        monkeypatch.setattr(_request_routes, "_native", None)
 
     rng = random.Random(7)
     finished = []
     for _ in range(1234):
         elapsed = rng.choice([0.001, 0.002, 0.05]) * rng.uniform(0.5, 1.5)
-        header = rng.choice([None, "", f"t={NOW - 0.01:.6f}", "t=abc"])
-        status = rng.choice(["200 OK", "503 Unavailable", 0, 404])
+        header = rng.choice(
+            [None, "", f"t={NOW - 0.01:.6f}", "t=abc", f" t={NOW - 0.02:.3f}, D=5", "1e3", "t=1_0"]
+            + [f"{(NOW - 0.03) * 1000:.0f}", f"t={NOW - 7200:.0f}", "t=-5", "t=nan", "t=."]
+            + [f"t={NOW + 0.5:.3f}"]  # a clock ahead: a negative delay
+        )
+        status = rng.choice(["200 OK", "503 Unavailable", 0, 404, " 50", "5xx", True, "404"])
         finished.append(("/r", 0.0, elapsed, header, NOW, 1, False, status, "/r"))
     single, batched = Route(), Route()
     slow_singly = []
@@ -406,10 +416,18 @@ def test_a_batch_counts_as_its_requests_one_by_one():
         queue = queue_delay(header, wall) if header else None
         single.add(elapsed, queue, _requests.status_code(status))
     candidates = batched.add_batch(finished[:500]) + batched.add_batch(finished[500:])
+    assert single.errors > 0 and single.queue.count > 0 and single.queue.zero > 0
     for name in ("count", "errors", "p99"):
         assert getattr(batched, name) == getattr(single, name)
     for name in ("latency", "queue", "total"):
-        assert getattr(batched, name).bins == getattr(single, name).bins
+        one, other = getattr(batched, name), getattr(single, name)
+        assert (one.bins, one.count, one.zero, one.max) == (
+            other.bins,
+            other.count,
+            other.zero,
+            other.max,
+        )
+        assert one.sum == pytest.approx(other.sum)
     assert batched.slow_count == sum(slow_singly) > 0
     slow = [
         id(request) for request, was_slow in zip(finished, slow_singly, strict=True) if was_slow
