@@ -11,12 +11,41 @@
 
 #include <math.h>
 
+/* Distinct bins a run holds before it adds them to the sketch's dict. */
+#define RUN_BINS 128
+
 typedef struct {
     PyObject *bins; /* Sketch.bins: index -> count */
     double min_value, scale;
     long long zero;
     double sum, max;
+    int distinct; /* the run's bins, in the order first seen */
+    long long index[RUN_BINS], count[RUN_BINS];
 } sketch_run;
+
+/* Adds the run's bins to the sketch's dict. */
+static int sketch_flush(sketch_run *sketch)
+{
+    for (int i = 0; i < sketch->distinct; i++) {
+        PyObject *index = PyLong_FromLongLong(sketch->index[i]);
+        if (index == NULL) {
+            return -1;
+        }
+        PyObject *count = PyDict_GetItemWithError(sketch->bins, index);
+        long long before = count != NULL ? PyLong_AsLongLong(count) : 0;
+        PyObject *after = (count == NULL && PyErr_Occurred()) || (before == -1 && PyErr_Occurred())
+                              ? NULL
+                              : PyLong_FromLongLong(before + sketch->count[i]);
+        int failed = after == NULL || PyDict_SetItem(sketch->bins, index, after) < 0;
+        Py_XDECREF(after);
+        Py_DECREF(index);
+        if (failed) {
+            return -1;
+        }
+    }
+    sketch->distinct = 0;
+    return 0;
+}
 
 static int sketch_add(sketch_run *sketch, double value)
 {
@@ -28,21 +57,24 @@ static int sketch_add(sketch_run *sketch, double value)
     if (value > sketch->max) {
         sketch->max = value;
     }
-    PyObject *index = PyLong_FromDouble(ceil(log(value) * sketch->scale));
-    if (index == NULL) {
+    double bin = ceil(log(value) * sketch->scale);
+    if (!(fabs(bin) < 1e15)) {
+        PyErr_SetString(PyExc_ValueError, "a value with no sketch bin");
         return -1;
     }
-    PyObject *count = PyDict_GetItemWithError(sketch->bins, index);
-    if (count == NULL && PyErr_Occurred()) {
-        Py_DECREF(index);
+    long long index = (long long)bin;
+    for (int i = sketch->distinct - 1; i >= 0; i--) {
+        if (sketch->index[i] == index) {
+            sketch->count[i]++;
+            return 0;
+        }
+    }
+    if (sketch->distinct == RUN_BINS && sketch_flush(sketch) < 0) {
         return -1;
     }
-    long long now = count != NULL ? PyLong_AsLongLong(count) : 0;
-    PyObject *more = now == -1 && PyErr_Occurred() ? NULL : PyLong_FromLongLong(now + 1);
-    int failed = more == NULL || PyDict_SetItem(sketch->bins, index, more) < 0;
-    Py_XDECREF(more);
-    Py_DECREF(index);
-    return failed ? -1 : 0;
+    sketch->index[sketch->distinct] = index;
+    sketch->count[sketch->distinct++] = 1;
+    return 0;
 }
 
 /* The HTTP status of a WSGI status line or an ASGI number; -1 when it is neither common form. */
@@ -145,9 +177,9 @@ PyObject *native_count_requests(PyObject *module, PyObject *args)
                           &status_code, &max_queue)) {
         return NULL;
     }
-    sketch_run latency = {latency_bins, min_value, scale, 0, 0.0, 0.0};
-    sketch_run queue = {queue_bins, min_value, scale, 0, 0.0, 0.0};
-    sketch_run total = {total_bins, min_value, scale, 0, 0.0, 0.0};
+    sketch_run latency = {.bins = latency_bins, .min_value = min_value, .scale = scale};
+    sketch_run queue = {.bins = queue_bins, .min_value = min_value, .scale = scale};
+    sketch_run total = {.bins = total_bins, .min_value = min_value, .scale = scale};
     long long errors = 0, queued = 0;
     PyObject *candidates = PyList_New(0);
     if (candidates == NULL) {
@@ -218,6 +250,9 @@ PyObject *native_count_requests(PyObject *module, PyObject *args)
         if (sketch_add(&queue, delay) < 0 || sketch_add(&total, delay + elapsed) < 0) {
             goto failed;
         }
+    }
+    if (sketch_flush(&latency) < 0 || sketch_flush(&queue) < 0 || sketch_flush(&total) < 0) {
+        goto failed;
     }
     PyObject *latency_figures = sketch_result(&latency), *queue_figures = sketch_result(&queue);
     PyObject *total_figures = sketch_result(&total);
