@@ -1,5 +1,6 @@
 """Fork safety: a forked child starts over with its own id, counts and endpoint."""
 
+import http.client
 import json
 import os
 import signal
@@ -68,7 +69,9 @@ def endpoints(sampler_port):
     for p in range(sampler_port, sampler_port + 9):
         try:
             found[p] = get_json(f"http://127.0.0.1:{p}/info", timeout=2)
-        except OSError:
+        except (OSError, http.client.HTTPException):
+            # Nothing listens there (yet): refused, or, probed in the kernel's range for
+            # outgoing ports, connected to itself and answered with its own request.
             pass
     return found
 
