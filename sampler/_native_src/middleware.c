@@ -234,10 +234,10 @@ typedef struct {
     PyObject *fallback;      /* the pure-Python __call__, for a call with no Python caller */
     PyObject *unmatched;     /* the route of a routed app's request until routed */
     PyObject *file_wrapper;  /* "wsgi.file_wrapper" */
-    PyObject *flask_context; /* Flask's request context variable, or None */
     PyObject *dict;
     Py_ssize_t max_pending;  /* the recorder's queue bound: past it recorder.finish drops */
     int routed;              /* routing happens in the app: a hook calls request.routed() */
+    int unrouted_told;       /* a request ended unrouted in a routed app: told once */
 } WSGIWrapper;
 
 typedef struct {
@@ -250,16 +250,20 @@ typedef struct {
     PyObject *status; /* what the app passed to start_response; 0 until then or if it raised */
     PyObject *route;  /* once routed (or from the path), else NULL */
     double started, wall;
+    vectorcallfunc vectorcall; /* request_vectorcall */
     RouteTag tag;     /* embedded: its PyObject_HEAD unused */
     int finished;
 } WSGIRequest;
 
 static PyTypeObject WSGIWrapperType, WSGIRequestType;
+static PyObject *request_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                    PyObject *kwnames);
 
 static PyObject *str_pending, *str_awake, *str_finish, *str_route_name, *str_close;
 static PyObject *str_path_info, *str_request_start, *str_queue_start, *str_file_wrapper;
 static PyObject *str_slash, *str_append, *str_key, *zero;
-static PyObject *str_request, *str_environ, *str_url_rule, *str_rule, *str_route, *str_routed;
+static PyObject *str_environ, *str_rule, *str_route, *str_routed;
+static PyObject *str_unrouted;
 
 static PyObject *environ_get(PyObject *environ, PyObject *key)
 {
@@ -304,13 +308,45 @@ static int request_finish(WSGIRequest *request)
     if (path == NULL || !PyObject_IsTrue(path)) {
         path = str_slash;
     }
-    PyObject *finished = Py_BuildValue(
-        "(OddOdkOOO)", route, request->started, now - request->started, request->header,
-        request->wall, PyThread_get_thread_ident(), Py_False, request->status, path);
-    if (finished == NULL) {
+    /* The Finished tuple of sampler/_requests.py. */
+    PyObject *finished = PyTuple_New(9);
+    PyObject *items[9] = {
+        Py_NewRef(route),
+        PyFloat_FromDouble(request->started),
+        PyFloat_FromDouble(now - request->started),
+        Py_NewRef(request->header),
+        PyFloat_FromDouble(request->wall),
+        PyLong_FromUnsignedLong(PyThread_get_thread_ident()),
+        Py_NewRef(Py_False),
+        Py_NewRef(request->status),
+        Py_NewRef(path),
+    };
+    int built = finished != NULL;
+    for (int i = 0; i < 9; i++) {
+        built = built && items[i] != NULL;
+    }
+    if (!built) {
+        for (int i = 0; i < 9; i++) {
+            Py_XDECREF(items[i]);
+        }
+        Py_XDECREF(finished);
         return -1;
     }
-    PyObject *recorder = request->wrapper->recorder;
+    for (int i = 0; i < 9; i++) {
+        PyTuple_SET_ITEM(finished, i, items[i]);
+    }
+    WSGIWrapper *wrapper = request->wrapper;
+    if (wrapper->routed && request->route == NULL && !wrapper->unrouted_told) {
+        /* Routing never told us (an app whose request class was replaced after wrapping):
+         * the wrapper's Python side says so and routes by a hook from now on. */
+        wrapper->unrouted_told = 1;
+        PyObject *told = PyObject_CallMethodNoArgs((PyObject *)wrapper, str_unrouted);
+        if (told == NULL) {
+            PyErr_WriteUnraisable((PyObject *)wrapper);
+        }
+        Py_XDECREF(told);
+    }
+    PyObject *recorder = wrapper->recorder;
     PyObject *pending = PyObject_GetAttr(recorder, str_pending);
     int failed = pending == NULL;
     if (!failed) {
@@ -348,6 +384,7 @@ static WSGIRequest *request_new(WSGIWrapper *wrapper, PyObject *environ,
         return NULL;
     }
     request->started = monotonic_now();
+    request->vectorcall = request_vectorcall;
     Py_INCREF(wrapper);
     request->wrapper = wrapper;
     Py_INCREF(environ);
@@ -434,6 +471,21 @@ static PyObject *request_call(WSGIRequest *request, PyObject *args, PyObject *kw
     return PyObject_CallFunctionObjArgs(request->start_response, status, headers, exc_info, NULL);
 }
 
+/* The same, called the usual way (two or three arguments by position): no tuple built. */
+static PyObject *request_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                    PyObject *kwnames)
+{
+    Py_ssize_t count = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL || count < 2 || count > 3) {
+        return _PyObject_MakeTpCall(PyThreadState_Get(), self, args, count, kwnames);
+    }
+    WSGIRequest *request = (WSGIRequest *)self;
+    Py_INCREF(args[0]);
+    Py_SETREF(request->status, args[0]);
+    PyObject *passed[3] = {args[0], args[1], count == 3 ? args[2] : Py_None};
+    return PyObject_Vectorcall(request->start_response, passed, 3, NULL);
+}
+
 static PyObject *request_iter(WSGIRequest *request)
 {
     if (request->body == NULL) {
@@ -493,6 +545,138 @@ static PyObject *request_routed(WSGIRequest *request, PyObject *template)
     Py_RETURN_NONE;
 }
 
+/* -- Flask's routing, seen as it happens ------------------------------------------------------ */
+
+/* An attribute of Flask's request class that Flask sets when it has matched the URL:
+ * ``url_rule`` (a rule: the request is named after its template) or ``routing_exception``
+ * (no rule: [unmatched]). Stored in the instance's dict as a plain attribute would be; setting
+ * it names the request in flight, with no before_request hook for Flask to call. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *name;
+    PyObject *unmatched;
+    int is_rule;
+} RoutedAttribute;
+
+static PyTypeObject RoutedAttributeType;
+
+static PyObject *routed_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"name", "is_rule", "unmatched", NULL};
+    PyObject *name, *unmatched;
+    int is_rule;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UpU:RoutedAttribute", keywords, &name,
+                                     &is_rule, &unmatched)) {
+        return NULL;
+    }
+    RoutedAttribute *attribute = (RoutedAttribute *)type->tp_alloc(type, 0);
+    if (attribute != NULL) {
+        attribute->name = Py_NewRef(name);
+        attribute->unmatched = Py_NewRef(unmatched);
+        attribute->is_rule = is_rule;
+    }
+    return (PyObject *)attribute;
+}
+
+static void routed_dealloc(RoutedAttribute *attribute)
+{
+    Py_CLEAR(attribute->name);
+    Py_CLEAR(attribute->unmatched);
+    Py_TYPE(attribute)->tp_free((PyObject *)attribute);
+}
+
+static PyObject *routed_get(RoutedAttribute *attribute, PyObject *instance, PyObject *type)
+{
+    (void)type;
+    if (instance == NULL) {
+        return Py_NewRef((PyObject *)attribute);
+    }
+    PyObject *dict = PyObject_GenericGetDict(instance, NULL);
+    if (dict == NULL) {
+        return NULL;
+    }
+    PyObject *value = PyDict_GetItemWithError(dict, attribute->name);
+    Py_XINCREF(value);
+    Py_DECREF(dict);
+    if (value == NULL && !PyErr_Occurred()) {
+        value = Py_NewRef(Py_None); /* Flask's class default */
+    }
+    return value;
+}
+
+/* Names the request in flight whose environ this Flask request has; quietly nothing when
+ * there is none (a test request context) or it is named already. */
+static void routed_notify(RoutedAttribute *attribute, PyObject *dict, PyObject *value)
+{
+    PyObject *environ = PyDict_GetItemWithError(dict, str_environ);
+    PyObject *request = environ != NULL ? environ_get(environ, str_key) : NULL;
+    if (request == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    Py_INCREF(request);
+    PyObject *template = attribute->is_rule ? PyObject_GetAttr(value, str_rule)
+                                            : Py_NewRef(attribute->unmatched);
+    PyObject *done = NULL;
+    if (template != NULL) {
+        if (Py_IS_TYPE(request, &WSGIRequestType)) {
+            done = ((WSGIRequest *)request)->route == NULL
+                       ? request_routed((WSGIRequest *)request, template)
+                       : Py_NewRef(Py_None);
+        } else {
+            PyObject *route = NULL;
+            if (_PyObject_LookupAttr(request, str_route, &route) >= 0) {
+                done = route == NULL || route == Py_None
+                           ? PyObject_CallMethodOneArg(request, str_routed, template)
+                           : Py_NewRef(Py_None);
+            }
+            Py_XDECREF(route);
+        }
+    }
+    if (done == NULL) {
+        /* Never fail the app's routing for the profiler: the request stays unmatched. */
+        PyErr_WriteUnraisable((PyObject *)attribute);
+    }
+    Py_XDECREF(done);
+    Py_XDECREF(template);
+    Py_DECREF(request);
+}
+
+static int routed_set(RoutedAttribute *attribute, PyObject *instance, PyObject *value)
+{
+    PyObject *dict = PyObject_GenericGetDict(instance, NULL);
+    if (dict == NULL) {
+        return -1;
+    }
+    int failed;
+    if (value == NULL) {
+        failed = PyDict_DelItem(dict, attribute->name) < 0;
+        if (failed && PyErr_ExceptionMatches(PyExc_KeyError)) {
+            PyErr_Clear();
+            PyErr_SetObject(PyExc_AttributeError, attribute->name);
+        }
+    } else {
+        failed = PyDict_SetItem(dict, attribute->name, value) < 0;
+        if (!failed && value != Py_None) {
+            routed_notify(attribute, dict, value);
+        }
+    }
+    Py_DECREF(dict);
+    return failed ? -1 : 0;
+}
+
+static PyTypeObject RoutedAttributeType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "sampler._native.RoutedAttribute",
+    .tp_basicsize = sizeof(RoutedAttribute),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "RoutedAttribute(name, is_rule, unmatched): a Flask request attribute that names "
+              "the request in flight when Flask sets it.",
+    .tp_new = routed_new,
+    .tp_dealloc = (destructor)routed_dealloc,
+    .tp_descr_get = (descrgetfunc)routed_get,
+    .tp_descr_set = (descrsetfunc)routed_set,
+};
+
 static PyObject *request_get_route(WSGIRequest *request, void *unused)
 {
     (void)unused;
@@ -522,7 +706,8 @@ static PyGetSetDef request_getset[] = {
 static PyTypeObject WSGIRequestType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "sampler._native.WSGIRequest",
     .tp_basicsize = sizeof(WSGIRequest),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(WSGIRequest, vectorcall),
     .tp_doc = "One request in flight: the app's start_response and the body the server gets.",
     .tp_dealloc = (destructor)request_dealloc,
     .tp_traverse = (traverseproc)request_traverse,
@@ -617,25 +802,19 @@ static PyObject *wrapper_call(WSGIWrapper *wrapper, PyObject *args, PyObject *kw
 
 static int wrapper_init(WSGIWrapper *wrapper, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"app",       "routed",      "recorder",      "fallback",
-                               "unmatched", "max_pending", "flask_context", NULL};
-    PyObject *app, *recorder, *fallback, *unmatched, *flask_context = Py_None;
+    static char *keywords[] = {"app",       "routed",      "recorder", "fallback",
+                               "unmatched", "max_pending", NULL};
+    PyObject *app, *recorder, *fallback, *unmatched;
     int routed;
     Py_ssize_t bound;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OpOOUn|O:WSGIWrapper", keywords, &app,
-                                     &routed, &recorder, &fallback, &unmatched, &bound,
-                                     &flask_context)) {
-        return -1;
-    }
-    if (flask_context != Py_None && !PyContextVar_CheckExact(flask_context)) {
-        PyErr_SetString(PyExc_TypeError, "flask_context must be a ContextVar or None");
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OpOOUn:WSGIWrapper", keywords, &app, &routed,
+                                     &recorder, &fallback, &unmatched, &bound)) {
         return -1;
     }
     Py_XSETREF(wrapper->app, Py_NewRef(app));
     Py_XSETREF(wrapper->recorder, Py_NewRef(recorder));
     Py_XSETREF(wrapper->fallback, Py_NewRef(fallback));
     Py_XSETREF(wrapper->unmatched, Py_NewRef(unmatched));
-    Py_XSETREF(wrapper->flask_context, Py_NewRef(flask_context));
     wrapper->routed = routed;
     wrapper->max_pending = bound;
     return 0;
@@ -647,7 +826,6 @@ static int wrapper_traverse(WSGIWrapper *wrapper, visitproc visit, void *arg)
     Py_VISIT(wrapper->recorder);
     Py_VISIT(wrapper->fallback);
     Py_VISIT(wrapper->unmatched);
-    Py_VISIT(wrapper->flask_context);
     Py_VISIT(wrapper->dict);
     return 0;
 }
@@ -658,7 +836,6 @@ static int wrapper_clear(WSGIWrapper *wrapper)
     Py_CLEAR(wrapper->recorder);
     Py_CLEAR(wrapper->fallback);
     Py_CLEAR(wrapper->unmatched);
-    Py_CLEAR(wrapper->flask_context);
     Py_CLEAR(wrapper->dict);
     return 0;
 }
@@ -669,72 +846,6 @@ static void wrapper_dealloc(WSGIWrapper *wrapper)
     wrapper_clear(wrapper);
     Py_TYPE(wrapper)->tp_free((PyObject *)wrapper);
 }
-
-/* A Flask before_request function: Flask has matched the URL rule (or failed to) by now. */
-static PyObject *wrapper_flask_routed(WSGIWrapper *wrapper, PyObject *unused)
-{
-    (void)unused;
-    PyObject *context, *flask_request = NULL, *environ = NULL, *rule = NULL, *template = NULL;
-    PyObject *result = NULL;
-    if (wrapper->flask_context == NULL || wrapper->flask_context == Py_None) {
-        Py_RETURN_NONE;
-    }
-    if (PyContextVar_Get(wrapper->flask_context, Py_None, &context) < 0) {
-        return NULL;
-    }
-    if (context == Py_None) {
-        Py_DECREF(context);
-        Py_RETURN_NONE;
-    }
-    flask_request = PyObject_GetAttr(context, str_request);
-    environ = flask_request != NULL ? PyObject_GetAttr(flask_request, str_environ) : NULL;
-    if (environ == NULL) {
-        goto done;
-    }
-    PyObject *request = environ_get(environ, str_key);
-    if (request == NULL) {
-        result = PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
-        goto done;
-    }
-    Py_INCREF(request);
-    Py_SETREF(environ, request); /* released below */
-    PyObject *route = NULL;
-    int fast = Py_IS_TYPE(request, &WSGIRequestType);
-    if (fast) {
-        route = Py_XNewRef(((WSGIRequest *)request)->route);
-    } else if (_PyObject_LookupAttr(request, str_route, &route) < 0) {
-        goto done;
-    }
-    if (route != NULL && route != Py_None) {
-        Py_DECREF(route);
-        result = Py_NewRef(Py_None);
-        goto done;
-    }
-    Py_XDECREF(route);
-    rule = PyObject_GetAttr(flask_request, str_url_rule);
-    if (rule == NULL) {
-        goto done;
-    }
-    template = rule == Py_None ? Py_NewRef(wrapper->unmatched) : PyObject_GetAttr(rule, str_rule);
-    if (template == NULL) {
-        goto done;
-    }
-    result = fast ? request_routed((WSGIRequest *)request, template)
-                  : PyObject_CallMethodOneArg(request, str_routed, template);
-done:
-    Py_DECREF(context);
-    Py_XDECREF(flask_request);
-    Py_XDECREF(environ);
-    Py_XDECREF(rule);
-    Py_XDECREF(template);
-    return result;
-}
-
-static PyMethodDef wrapper_methods[] = {
-    {"flask_routed", (PyCFunction)wrapper_flask_routed, METH_NOARGS,
-     "A Flask before_request function: names the request after its URL rule."},
-    {NULL, NULL, 0, NULL},
-};
 
 static PyMemberDef wrapper_members[] = {
     {"app", T_OBJECT, offsetof(WSGIWrapper, app), READONLY, "The wrapped app."},
@@ -757,7 +868,6 @@ static PyTypeObject WSGIWrapperType = {
     .tp_clear = (inquiry)wrapper_clear,
     .tp_call = (ternaryfunc)wrapper_call,
     .tp_members = wrapper_members,
-    .tp_methods = wrapper_methods,
 };
 
 /* -- the module's part ------------------------------------------------------------------------- */
@@ -791,9 +901,9 @@ int middleware_add_types(PyObject *module)
         {&str_file_wrapper, "wsgi.file_wrapper"},
         {&str_slash, "/"},                   {&str_append, "append"},
         {&str_key, "fleetflame.request"},
-        {&str_request, "request"},           {&str_environ, "environ"},
-        {&str_url_rule, "url_rule"},         {&str_rule, "rule"},
+        {&str_environ, "environ"},           {&str_rule, "rule"},
         {&str_route, "route"},               {&str_routed, "routed"},
+        {&str_unrouted, "_unrouted"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         *names[i].at = PyUnicode_InternFromString(names[i].text);
@@ -803,7 +913,8 @@ int middleware_add_types(PyObject *module)
     }
     zero = PyLong_FromLong(0);
     if (zero == NULL || PyType_Ready(&RouteTagType) < 0 || PyType_Ready(&WSGIRequestType) < 0 ||
-        PyType_Ready(&WSGIWrapperType) < 0 ||
+        PyType_Ready(&WSGIWrapperType) < 0 || PyType_Ready(&RoutedAttributeType) < 0 ||
+        PyModule_AddObjectRef(module, "RoutedAttribute", (PyObject *)&RoutedAttributeType) < 0 ||
         PyModule_AddObjectRef(module, "RouteTag", (PyObject *)&RouteTagType) < 0 ||
         PyModule_AddObjectRef(module, "WSGIWrapper", (PyObject *)&WSGIWrapperType) < 0) {
         return -1;

@@ -13,6 +13,7 @@ import threading
 import time
 
 from .._labels import RouteTag, native_route_tags
+from .._log import log
 from .._requests import MAX_PENDING, UNMATCHED, recorder
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
@@ -138,22 +139,46 @@ class PythonWSGIMiddleware:
         return request
 
 
-def _hook_routing(app: Callable[..., Any], hook: Callable[[], None] | None = None) -> bool:
-    """Whether the app routes requests itself and a hook (``hook``, or the Python one) now names
-    them by their route: a Flask app's ``wsgi_app`` (or the app), recognized by what it has."""
+def _hook_routing(app: Callable[..., Any]) -> bool:
+    """Whether the app routes requests itself and a hook now names them by their route: a
+    Flask app's ``wsgi_app`` (or the app), recognized by what it has."""
     owner: Any = getattr(app, "__self__", app)
-    if not (callable(getattr(owner, "before_request", None)) and hasattr(owner, "url_map")):
+    if not _is_flask(owner):
         return False
     global _flask_request_context
-    _flask_request_context = _flask_context() or _flask_request_context
-    owner.before_request(hook or _flask_routed)
+    flask_globals = getattr(sys.modules.get("flask"), "globals", None)
+    _flask_request_context = getattr(flask_globals, "_cv_request", _flask_request_context)
+    owner.before_request(_flask_routed)
     return True
 
 
-def _flask_context() -> contextvars.ContextVar[Any] | None:
-    # Flask's request context variable (Flask 2.2+; before, None).
-    flask_globals = getattr(sys.modules.get("flask"), "globals", None)
-    return getattr(flask_globals, "_cv_request", None)
+def _route_by_request_class(app: Callable[..., Any], routed_attribute: Any) -> bool:
+    """Whether the app routes requests itself, Flask's way, and now names them as it does: its
+    request class is given attributes that see Flask set ``url_rule`` (or
+    ``routing_exception``), so no before_request hook runs (Flask's dispatch of one costs
+    ~5,000 instructions a request)."""
+    owner: Any = getattr(app, "__self__", app)
+    base = getattr(owner, "request_class", None)
+    if not (_is_flask(owner) and isinstance(base, type)):
+        return False
+    if not getattr(base, "_fleetflame_routed", False):
+        owner.request_class = type(
+            base.__name__,
+            (base,),
+            {
+                "__module__": base.__module__,
+                "__qualname__": base.__qualname__,
+                "__doc__": base.__doc__,
+                "_fleetflame_routed": True,
+                "url_rule": routed_attribute("url_rule", True, UNMATCHED),
+                "routing_exception": routed_attribute("routing_exception", False, UNMATCHED),
+            },
+        )
+    return True
+
+
+def _is_flask(owner: Any) -> bool:
+    return callable(getattr(owner, "before_request", None)) and hasattr(owner, "url_map")
 
 
 if native_route_tags() is None:
@@ -170,9 +195,7 @@ else:
         """
 
         def __init__(self, app: Callable[..., Any]) -> None:
-            context = _flask_context()
-            # The hook in C where Flask's context variable is there for it to read.
-            routed = _hook_routing(app, self.flask_routed if context is not None else None)
+            routed = _route_by_request_class(app, _native.RoutedAttribute)
             super().__init__(
                 app,
                 routed,
@@ -180,8 +203,18 @@ else:
                 PythonWSGIMiddleware.__call__,
                 UNMATCHED,
                 MAX_PENDING,
-                context,
             )
+
+        def _unrouted(self) -> None:
+            # A request ended with no word from Flask's routing: its request class was
+            # replaced after this wrapped the app. Flask takes no hook once it has served, so
+            # the new class is given the attributes in turn.
+            log.warning(
+                "fleetflame: Flask did not say which URL rule a request matched (was "
+                "app.request_class replaced after the middleware wrapped the app?); its "
+                "request class now tells the middleware again"
+            )
+            _route_by_request_class(self.app, _native.RoutedAttribute)
 
 
 def _flask_routed() -> None:

@@ -433,3 +433,58 @@ def test_a_batch_counts_as_its_requests_one_by_one(path, monkeypatch):
         id(request) for request, was_slow in zip(finished, slow_singly, strict=True) if was_slow
     ]
     assert [id(request) for request, was_slow, _ in candidates if was_slow] == slow
+
+
+@pytest.mark.skipif("c" not in WSGI_PATHS, reason="the native extension is not built")
+def test_flask_routing_is_seen_without_a_before_request_hook(caplog):
+    # The C path names a Flask request as Flask matches its rule (its request class sees
+    # url_rule set), so Flask has no hook to call; outside a request nothing changes.
+    import flask
+
+    app = make_flask_app()
+    assert app.before_request_funcs == {}
+    assert issubclass(app.request_class, flask.Request)
+    with app.test_request_context("/items/3"):
+        assert flask.request.url_rule.rule == "/items/<int:item_id>"
+    environ = {"PATH_INFO": "/items/4", "REQUEST_METHOD": "GET", "SERVER_NAME": "localhost"}
+    environ.update({"SERVER_PORT": "80", "wsgi.url_scheme": "http"})
+    seen = {}
+
+    @app.route("/labels")
+    def labels():
+        from sampler import _labels
+
+        seen["labels"] = _labels.current_labels()
+        return "ok"
+
+    statuses, _ = call_wsgi(app, dict(environ, PATH_INFO="/labels"))
+    assert statuses == ["200 OK"] and seen["labels"] == {"route": "/labels"}
+    assert call_wsgi(app, dict(environ, PATH_INFO="/nowhere"))[0] == ["404 NOT FOUND"]
+    recorder.stop()
+    assert set(recorder.routes) == {"/labels", UNMATCHED}
+    assert not [r for r in caplog.records if "did not say" in r.getMessage()]
+
+
+@pytest.mark.skipif("c" not in WSGI_PATHS, reason="the native extension is not built")
+def test_a_request_class_replaced_after_wrapping_falls_back_to_a_hook(caplog):
+    # Flask no longer tells the wrapper: the first request counts unmatched and says why once,
+    # then a before_request hook names the requests.
+    import flask
+
+    app = make_flask_app()
+
+    @app.route("/b")
+    def b():
+        return "ok"
+
+    class Mine(flask.Request):
+        pass
+
+    app.request_class = Mine
+    environ = {"REQUEST_METHOD": "GET", "SERVER_NAME": "localhost", "SERVER_PORT": "80"}
+    environ["wsgi.url_scheme"] = "http"
+    for _ in range(3):
+        assert call_wsgi(app, dict(environ, PATH_INFO="/b"))[0] == ["200 OK"]
+    recorder.stop()
+    assert recorder.routes[UNMATCHED].count == 1 and recorder.routes["/b"].count == 2
+    assert len([r for r in caplog.records if "did not say" in r.getMessage()]) == 1
