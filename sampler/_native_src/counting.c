@@ -210,10 +210,14 @@ PyObject *native_count_requests(PyObject *module, PyObject *args)
         long code = common_status(status);
         if (code < 0) {
             PyObject *read = PyObject_CallOneArg(status_code, status);
-            code = read != NULL ? PyLong_AsLong(read) : -1;
+            int overflow = 0;
+            code = read != NULL ? PyLong_AsLongAndOverflow(read, &overflow) : -1;
             Py_XDECREF(read);
             if (code == -1 && PyErr_Occurred()) {
                 goto failed;
+            }
+            if (overflow) {
+                code = overflow > 0 ? 999 : -1; /* as Python compares: an error, or not one */
             }
         }
         errors += code == 0 || code >= 500;

@@ -279,9 +279,9 @@ static PyObject *route_name(PyObject *recorder, PyObject *seen, int raw)
         return NULL;
     }
     PyObject *name = PyDict_Check(names) ? PyDict_GetItemWithError(names, seen) : NULL;
+    Py_XINCREF(name);
     Py_DECREF(names);
     if (name != NULL) {
-        Py_INCREF(name);
         return name;
     }
     if (PyErr_Occurred()) {
@@ -305,7 +305,11 @@ static int request_finish(WSGIRequest *request)
     if (path == NULL && PyErr_Occurred()) {
         return -1;
     }
-    if (path == NULL || !PyObject_IsTrue(path)) {
+    int given = path != NULL ? PyObject_IsTrue(path) : 0;
+    if (given < 0) {
+        return -1;
+    }
+    if (!given) {
         path = str_slash;
     }
     /* The Finished tuple of sampler/_requests.py. */
@@ -353,7 +357,7 @@ static int request_finish(WSGIRequest *request)
         /* The queue's bound and the wake-up: recorder.finish does both, called when the queue
          * is long (it counts the drop) or the recorder's thread is not awake. */
         PyObject *awake = PyObject_GetAttr(recorder, str_awake);
-        Py_ssize_t length = PyObject_Size(pending);
+        Py_ssize_t length = awake != NULL ? PyObject_Size(pending) : -1;
         if (awake == NULL || length < 0) {
             failed = 1;
         } else if (awake == Py_True && length < request->wrapper->max_pending) {
@@ -385,36 +389,34 @@ static WSGIRequest *request_new(WSGIWrapper *wrapper, PyObject *environ,
     }
     request->started = monotonic_now();
     request->vectorcall = request_vectorcall;
-    Py_INCREF(wrapper);
-    request->wrapper = wrapper;
-    Py_INCREF(environ);
-    request->environ = environ;
-    Py_INCREF(start_response);
-    request->start_response = start_response;
+    request->wrapper = (WSGIWrapper *)Py_NewRef((PyObject *)wrapper);
+    request->environ = Py_NewRef(environ);
+    request->start_response = Py_NewRef(start_response);
     request->body = NULL;
     request->route = NULL;
+    request->header = NULL;
+    request->status = Py_NewRef(zero);
+    request->wall = 0.0;
     request->finished = 0;
     request->tag.frame_key = request->tag.outer = request->tag.previous = NULL;
     request->tag.open = 0;
-    Py_INCREF(zero);
-    request->status = zero;
-    PyObject_GC_Track(request);
+    PyObject_GC_Track(request); /* every field set: the collector may look from here on */
+    /* As the Python path: the first header that is there and not empty, else the second. */
     PyObject *header = environ_get(environ, str_request_start);
-    if (header == NULL || !PyObject_IsTrue(header)) {
+    int given = header != NULL ? PyObject_IsTrue(header) : 0;
+    if (given == 0 && !PyErr_Occurred()) {
         header = environ_get(environ, str_queue_start);
+        given = header != NULL ? PyObject_IsTrue(header) : 0;
     }
-    if (PyErr_Occurred()) {
+    if (given < 0 || PyErr_Occurred()) {
         Py_DECREF(request);
         return NULL;
     }
-    if (header != NULL && PyObject_IsTrue(header)) {
-        request->header = Py_NewRef(header);
+    request->header = Py_NewRef(header != NULL ? header : Py_None);
+    if (given) {
         struct timespec now;
         clock_gettime(CLOCK_REALTIME, &now);
         request->wall = (double)now.tv_sec + now.tv_nsec * 1e-9;
-    } else {
-        request->header = Py_NewRef(header != NULL ? header : Py_None);
-        request->wall = 0.0;
     }
     if (tag_ready(&request->tag, frame) < 0) {
         Py_DECREF(request);
@@ -439,6 +441,7 @@ static int request_traverse(WSGIRequest *request, visitproc visit, void *arg)
 
 static int request_clear(WSGIRequest *request)
 {
+    request->finished = 1; /* nothing left to hand over */
     Py_CLEAR(request->wrapper);
     Py_CLEAR(request->environ);
     Py_CLEAR(request->start_response);
@@ -466,8 +469,11 @@ static PyObject *request_call(WSGIRequest *request, PyObject *args, PyObject *kw
                                      &headers, &exc_info)) {
         return NULL;
     }
-    Py_INCREF(status);
-    Py_SETREF(request->status, status);
+    if (request->start_response == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the request is over");
+        return NULL;
+    }
+    Py_XSETREF(request->status, Py_NewRef(status));
     return PyObject_CallFunctionObjArgs(request->start_response, status, headers, exc_info, NULL);
 }
 
@@ -480,8 +486,11 @@ static PyObject *request_vectorcall(PyObject *self, PyObject *const *args, size_
         return _PyObject_MakeTpCall(PyThreadState_Get(), self, args, count, kwnames);
     }
     WSGIRequest *request = (WSGIRequest *)self;
-    Py_INCREF(args[0]);
-    Py_SETREF(request->status, args[0]);
+    if (request->start_response == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the request is over");
+        return NULL;
+    }
+    Py_XSETREF(request->status, Py_NewRef(args[0]));
     PyObject *passed[3] = {args[0], args[1], count == 3 ? args[2] : Py_None};
     return PyObject_Vectorcall(request->start_response, passed, 3, NULL);
 }
@@ -530,6 +539,9 @@ static PyObject *request_close(WSGIRequest *request, PyObject *unused)
 /* The routing hook's call: the request is named after its route template from now on. */
 static PyObject *request_routed(WSGIRequest *request, PyObject *template)
 {
+    if (request->wrapper == NULL) {
+        Py_RETURN_NONE; /* cleared by the collector: nothing to name */
+    }
     PyObject *route = route_name(request->wrapper->recorder, template, 0);
     if (route == NULL) {
         return NULL;
@@ -686,7 +698,7 @@ static PyObject *request_get_route(WSGIRequest *request, void *unused)
 static PyObject *request_get_status(WSGIRequest *request, void *unused)
 {
     (void)unused;
-    return Py_NewRef(request->status);
+    return Py_NewRef(request->status != NULL ? request->status : Py_None);
 }
 
 static PyMethodDef request_methods[] = {
@@ -718,12 +730,29 @@ static PyTypeObject WSGIRequestType = {
     .tp_getset = request_getset,
 };
 
+/* Gives up a request before the app ran, the error set kept: its tag closed, if it opened. */
+static PyObject *request_abandon(WSGIRequest *request)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    if (tag_close(&request->tag) < 0) {
+        PyErr_Clear();
+    }
+    PyErr_Restore(type, value, traceback);
+    Py_DECREF(request);
+    return NULL;
+}
+
 /* The wrapper's call: the Python WSGIMiddleware.__call__, step for step. */
 static PyObject *wrapper_call(WSGIWrapper *wrapper, PyObject *args, PyObject *kwargs)
 {
     PyObject *environ, *start_response;
     if (!PyArg_UnpackTuple(args, "WSGIMiddleware", 2, 2, &environ, &start_response) ||
         (kwargs != NULL && !_PyArg_NoKeywords("WSGIMiddleware", kwargs))) {
+        return NULL;
+    }
+    if (wrapper->app == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the middleware was not initialised (__init__)");
         return NULL;
     }
     PyFrameObject *caller = PyEval_GetFrame();
@@ -740,20 +769,19 @@ static PyObject *wrapper_call(WSGIWrapper *wrapper, PyObject *args, PyObject *kw
     }
     if (!wrapper->routed) {
         PyObject *path = environ_get(environ, str_path_info);
-        if (path == NULL || !PyObject_IsTrue(path)) {
-            path = str_slash;
+        int given = path != NULL ? PyObject_IsTrue(path) : 0;
+        if (given < 0 || PyErr_Occurred()) {
+            return request_abandon(request);
         }
-        request->route = route_name(wrapper->recorder, path, 1);
+        request->route = route_name(wrapper->recorder, given ? path : str_slash, 1);
         PyObject *set = request->route != NULL ? tag_route(&request->tag, request->route) : NULL;
         if (set == NULL) {
-            Py_DECREF(request);
-            return NULL;
+            return request_abandon(request);
         }
         Py_DECREF(set);
     }
     if (PyDict_SetItem(environ, str_key, (PyObject *)request) < 0) {
-        Py_DECREF(request);
-        return NULL;
+        return request_abandon(request);
     }
     PyObject *body = PyObject_CallFunctionObjArgs(wrapper->app, environ, (PyObject *)request,
                                                   NULL);

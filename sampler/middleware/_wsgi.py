@@ -43,6 +43,7 @@ class _Request:
         "default",
         "start_response",
         "body",
+        "tag_closed",
     )
     tag: RouteTag
     default: str  # the route until routed
@@ -57,11 +58,13 @@ class _Request:
         self.status: str | int = 0
         self.route: str | None = None
         self.body: Any = None
+        self.tag_closed = False
 
     def routed(self, template: str) -> None:
         """Names the request after its route template, from now on (its samples too)."""
         self.route = recorder.route_name(template)
-        self.tag.route(self.route)
+        if not self.tag_closed:  # a late call names the request, tags no frame
+            self.tag.route(self.route)
 
     def start(self, status: str, headers: Any, exc_info: Any = None) -> Any:
         """The ``start_response`` the app is given."""
@@ -130,6 +133,7 @@ class PythonWSGIMiddleware:
             raise
         finally:
             tag.close()
+            request.tag_closed = True
         wrapper = environ.get("wsgi.file_wrapper")
         if isinstance(wrapper, type) and isinstance(body, wrapper):
             # Left as is, so the server can still send the file its own way (sendfile).

@@ -2,6 +2,7 @@
 labels, and what a request's time covers."""
 
 import asyncio
+import sys
 import threading
 import time
 import urllib.error
@@ -406,7 +407,9 @@ def test_a_batch_counts_as_its_requests_one_by_one(path, monkeypatch):
             + [f"{(NOW - 0.03) * 1000:.0f}", f"t={NOW - 7200:.0f}", "t=-5", "t=nan", "t=."]
             + [f"t={NOW + 0.5:.3f}"]  # a clock ahead: a negative delay
         )
-        status = rng.choice(["200 OK", "503 Unavailable", 0, 404, " 50", "5xx", True, "404"])
+        status = rng.choice(
+            ["200 OK", "503 Unavailable", 0, 404, " 50", "5xx", True, "404", 10**30, -(10**30)]
+        )
         finished.append(("/r", 0.0, elapsed, header, NOW, 1, False, status, "/r"))
     single, batched = Route(), Route()
     slow_singly = []
@@ -488,3 +491,55 @@ def test_a_request_class_replaced_after_wrapping_falls_back_to_a_hook(caplog):
     recorder.stop()
     assert recorder.routes[UNMATCHED].count == 1 and recorder.routes["/b"].count == 2
     assert len([r for r in caplog.records if "did not say" in r.getMessage()]) == 1
+
+
+class Falsy:
+    """An environ value whose truth cannot be told."""
+
+    def __bool__(self):
+        raise ValueError("no truth here")
+
+
+def test_environ_values_that_raise_leave_no_tag_open(wsgi_middleware):
+    # A header or a path whose truth raises: the call raises that, and the labels in force and
+    # the tagged frames are as they were.
+    from sampler import _labels
+
+    def app(environ, start_response):
+        start_response("200 OK", [])
+        return [b"ok"]
+
+    wrapped = wsgi_middleware(app)
+    before = dict(_labels.frame_tags)
+    for environ in ({"PATH_INFO": Falsy()}, {"PATH_INFO": "/a", "HTTP_X_REQUEST_START": Falsy()}):
+        with pytest.raises(ValueError, match="no truth"):
+            call_wsgi(wrapped, environ)
+        assert _labels.frame_tags == before and _labels.current_labels() == {}
+    assert call_wsgi(wrapped, {"PATH_INFO": "/a"}) == (["200 OK"], [b"ok"])
+
+
+def test_a_late_routing_call_names_the_request_and_tags_nothing(wsgi_middleware):
+    from sampler import _labels
+
+    def app(environ, start_response):
+        start_response("200 OK", [])
+        return [b"ok"]
+
+    wrapped = wsgi_middleware(app)
+    environ = {"PATH_INFO": "/a"}
+    body = wrapped(environ, lambda *a: None)
+    environ["fleetflame.request"].routed("/late")  # after the app returned
+    list(body)
+    body.close()
+    assert _labels.current_labels() == {} and id(sys._getframe()) not in _labels.frame_tags
+    recorder.stop()
+    assert "/late" in recorder.routes
+
+
+@pytest.mark.skipif("c" not in WSGI_PATHS, reason="the native extension is not built")
+def test_a_wrapper_never_initialised_says_so():
+    from sampler import _native
+
+    wrapper = _native.WSGIWrapper.__new__(_native.WSGIWrapper)
+    with pytest.raises(RuntimeError, match="not initialised"):
+        wrapper({"PATH_INFO": "/"}, lambda *a: None)
