@@ -31,6 +31,7 @@ BENCHMARKS = {
     "worst": ("bench_worst.py", [], ["--targets", "20", "--cycles", "2"]),
     "trace": ("bench_trace.py", [], ["--quick"]),
     "middleware": ("bench_middleware.py", [], ["--quick"]),
+    "middleware-instructions": ("bench_middleware_instructions.py", [], ["--requests", "500"]),
 }
 
 
