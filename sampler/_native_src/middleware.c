@@ -263,7 +263,7 @@ static PyObject *str_pending, *str_awake, *str_finish, *str_route_name, *str_clo
 static PyObject *str_path_info, *str_request_start, *str_queue_start, *str_file_wrapper;
 static PyObject *str_slash, *str_append, *str_key, *zero;
 static PyObject *str_environ, *str_rule, *str_route, *str_routed;
-static PyObject *str_unrouted;
+static PyObject *str_unrouted, *str_names;
 
 static PyObject *environ_get(PyObject *environ, PyObject *key)
 {
@@ -274,7 +274,7 @@ static PyObject *environ_get(PyObject *environ, PyObject *key)
 /* The route a template (or, with ``raw``, a path) counts under: recorder.route_name's. */
 static PyObject *route_name(PyObject *recorder, PyObject *seen, int raw)
 {
-    PyObject *names = PyObject_GetAttrString(recorder, "names");
+    PyObject *names = PyObject_GetAttr(recorder, str_names);
     if (names == NULL) {
         return NULL;
     }
@@ -931,7 +931,7 @@ int middleware_add_types(PyObject *module)
         {&str_key, "fleetflame.request"},
         {&str_environ, "environ"},           {&str_rule, "rule"},
         {&str_route, "route"},               {&str_routed, "routed"},
-        {&str_unrouted, "_unrouted"},
+        {&str_unrouted, "_unrouted"},        {&str_names, "names"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         *names[i].at = PyUnicode_InternFromString(names[i].text);
