@@ -49,6 +49,7 @@ def native_extensions() -> list[Extension]:
         "tags",
         "middleware",
         "counting",
+        "watch",
     ]
     return [
         Extension(

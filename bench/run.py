@@ -32,6 +32,7 @@ BENCHMARKS = {
     "trace": ("bench_trace.py", [], ["--quick"]),
     "middleware": ("bench_middleware.py", [], ["--quick"]),
     "middleware-instructions": ("bench_middleware_instructions.py", [], ["--requests", "500"]),
+    "watcher": ("bench_watcher.py", [], ["--quick"]),
 }
 
 

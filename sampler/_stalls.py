@@ -40,8 +40,9 @@ if TYPE_CHECKING:
 
     from ._core import Sampler
 
-    # (seconds, threshold) -> (waited, the holder's ident, its CPU seconds, the GIL's handoffs)
-    GilWait = Callable[[float, float], tuple[float, int | None, float | None, int]]
+    # _native.watch_wait -> (threads, waited, the holder's ident, its CPU seconds, the GIL's
+    # handoffs, the monotonic clock)
+    WatchWait = Callable[..., tuple[dict[int, Any], float, int | None, float | None, int, float]]
 
 MAX_STALLS = 500
 # Stacks read from one stalled thread, at most (2.5 minutes at the watcher's pace).
@@ -111,7 +112,7 @@ class StallWatcher:
         # (module, class, method) -> the original method, for what is wrapped now
         self._wrapped: dict[tuple[str, str, str], Any] = {}
         self._modules_seen = 0
-        self._gil_wait: GilWait | None = None
+        self._watch_wait: WatchWait | None = None
         self._clock_offset = time.time() - time.monotonic()
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -122,7 +123,7 @@ class StallWatcher:
         if self._sampler.engine.name == "native":
             from . import _native
 
-            self._gil_wait = _native.gil_wait
+            self._watch_wait = _native.watch_wait
         self._thread = threading.Thread(target=self._run, name="fleetflame-stalls", daemon=True)
         self._thread.start()
 
@@ -188,9 +189,7 @@ class StallWatcher:
         name_os_thread()
         while not self._stopping.is_set():
             try:
-                threads = dict(threading._active)  # type: ignore[attr-defined]
-                waited, *holder = self._sleep(self.period)
-                now = time.monotonic()
+                threads, waited, *holder, now = self._wait()
                 if waited > self.threshold:
                     self._gil_held(now - waited, now, threads, *holder)
                 self._wrap_loaded()
@@ -201,15 +200,20 @@ class StallWatcher:
                 log.exception("fleetflame sampler: the stall watcher failed; stalls not watched")
                 return
 
-    def _sleep(self, period: float) -> tuple[float, int | None, float | None, int]:
-        """Sleeps without the GIL; returns how long getting it back took, who held it, its
-        seconds on a CPU and the GIL's handoffs meanwhile (the native engine reads them)."""
-        if self._gil_wait is not None:
-            return self._gil_wait(period, self.threshold)
+    def _wait(self) -> tuple[dict[int, Any], float, int | None, float | None, int, float]:
+        """Sleeps a period without the GIL, or several while none brings work (the native
+        engine's loop, in C); returns the threads before the last sleep, how long getting the
+        GIL back took, who held it, its seconds on a CPU and the GIL's handoffs meanwhile (the
+        native engine reads them), and the monotonic clock then."""
+        if self._watch_wait is not None:
+            active = threading._active  # type: ignore[attr-defined]
+            return self._watch_wait(self, active, sys.modules)
+        threads = dict(threading._active)  # type: ignore[attr-defined]
         started = time.monotonic()
-        time.sleep(period)
+        time.sleep(self.period)
+        now = time.monotonic()
         # Without the native engine this is any lateness, the scheduler's included.
-        return max(0.0, time.monotonic() - started - period), None, None, 0
+        return threads, max(0.0, now - started - self.period), None, None, 0, now
 
     def _gil_held(self, started: float, ended: float, threads: Any, *hold: Any) -> None:
         # The thread holding the GIL as the watcher asked for it back (the native engine

@@ -270,27 +270,7 @@ static PyObject *native_gil_wait(PyObject *module, PyObject *args)
         return NULL;
     }
     gil_watch watch;
-    gil_watch_begin(&watch);
-    uint64_t woke;
-    Py_BEGIN_ALLOW_THREADS
-    struct timespec pause = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
-    while (nanosleep(&pause, &pause) != 0 && errno == EINTR) {
-    }
-    woke = monotonic_ns();
-    gil_watch_woke(&watch);
-    Py_END_ALLOW_THREADS
-    uint64_t took = monotonic_ns() - woke;
-    gil_watch_end(&watch, (double)took >= threshold * 1e9);
-    double waited = (double)took / 1e9;
-    PyObject *result;
-    if (watch.holder == NULL) {
-        result = Py_BuildValue("(dOOl)", waited, Py_None, Py_None, watch.handoffs);
-    } else if (!watch.cpu_known) {
-        result = Py_BuildValue("(dkOl)", waited, watch.holder->ident, Py_None, watch.handoffs);
-    } else {
-        result = Py_BuildValue("(dkdl)", waited, watch.holder->ident,
-                               (double)watch.cpu_ns / 1e9, watch.handoffs);
-    }
+    PyObject *result = gil_wait_result(gil_wait_once(seconds, threshold, &watch), &watch);
     gil_watch_release(&watch);
     return result;
 }
@@ -807,6 +787,10 @@ static PyMethodDef methods[] = {
      "gil_wait(seconds, threshold): sleeps without the GIL; returns how long taking it back "
      "took, the ident of the thread that held it, past threshold its seconds on a CPU "
      "meanwhile, and how many times the GIL passed to another thread."},
+    {"watch_wait", (PyCFunction)(void (*)(void))native_watch_wait, METH_FASTCALL,
+     "watch_wait(watcher, active, modules): gil_wait again and again until the stall watcher "
+     "has work, or a second has passed; returns (threads, waited, holder, on_cpu, handoffs, "
+     "now)."},
     {"handlers_are_ours", native_handlers_are_ours, METH_NOARGS,
      "Whether SIGPROF, SIGSEGV and SIGBUS are still handled by the engine."},
     {"tag_set", (PyCFunction)(void (*)(void))native_tag_set, METH_FASTCALL,

@@ -234,6 +234,12 @@ void gil_watch_woke(gil_watch *watch);
  * (holding the GIL again). */
 void gil_watch_end(gil_watch *watch, int long_enough);
 void gil_watch_release(gil_watch *watch);
+/* Sleeps ``seconds`` without the GIL and takes it back, watching who held it; returns how long
+ * taking it back took (watch.c). The caller releases ``watch``. */
+double gil_wait_once(double seconds, double threshold, gil_watch *watch);
+/* gil_wait's result: (waited, holder's ident or None, its CPU seconds or None, handoffs). */
+PyObject *gil_wait_result(double waited, gil_watch *watch);
+PyObject *native_watch_wait(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* -- what a waiting thread waits on (waits.c) ------------------------------------------- */
 

@@ -1,0 +1,238 @@
+/* The stall watcher's loop between the moments it has work (sampler/_stalls.py).
+ *
+ * The watcher wakes every period to ask for the GIL back, timing how long that takes (gil.c).
+ * Most wakes find nothing to do: no hold past the threshold, no stall reported, no module
+ * loaded, no call near its threshold. A wake of the Python loop cost ~70 us of a CPU on this
+ * machine's slow days, half of it the interpreter's (40 a second: 0.3% of a CPU); this loop
+ * keeps those wakes in C and returns to Python only when there is work, or once a second.
+ */
+#include "native.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#define QUIET_NS 1000000000ull /* Python's loop runs at least this often (its housekeeping) */
+
+double gil_wait_once(double seconds, double threshold, gil_watch *watch)
+{
+    gil_watch_begin(watch);
+    uint64_t woke;
+    Py_BEGIN_ALLOW_THREADS
+    struct timespec pause = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    while (nanosleep(&pause, &pause) != 0 && errno == EINTR) {
+    }
+    woke = monotonic_ns();
+    gil_watch_woke(watch);
+    Py_END_ALLOW_THREADS
+    uint64_t took = monotonic_ns() - woke;
+    gil_watch_end(watch, (double)took >= threshold * 1e9);
+    return (double)took / 1e9;
+}
+
+PyObject *gil_wait_result(double waited, gil_watch *watch)
+{
+    if (watch->holder == NULL) {
+        return Py_BuildValue("(dOOl)", waited, Py_None, Py_None, watch->handoffs);
+    }
+    if (!watch->cpu_known) {
+        return Py_BuildValue("(dkOl)", waited, watch->holder->ident, Py_None, watch->handoffs);
+    }
+    return Py_BuildValue("(dkdl)", waited, watch->holder->ident, (double)watch->cpu_ns / 1e9,
+                         watch->handoffs);
+}
+
+/* What the watcher (a sampler._stalls.StallWatcher) holds, read again at each wake: its
+ * settings may change while it waits. */
+typedef struct {
+    double period, threshold, request_threshold;
+    Py_ssize_t modules_seen;
+    PyObject *running; /* thread ident -> (kind, monotonic start) of the call it runs */
+    PyObject *pending; /* stalls reported, waiting for the Python loop */
+    PyObject *stopping; /* a threading.Event */
+} watched;
+
+enum { PERIOD, THRESHOLD, REQUEST_THRESHOLD, MODULES_SEEN, RUNNING, PENDING, STOPPING, NAMES };
+static const char *const attribute_names[NAMES] = {
+    "period", "threshold", "request_threshold", "_modules_seen", "_running", "_pending",
+    "_stopping",
+};
+static PyObject *attributes[NAMES], *request_kind, *flag_name;
+
+static int intern_names(void)
+{
+    for (int i = 0; i < NAMES; i++) {
+        if (attributes[i] == NULL &&
+            (attributes[i] = PyUnicode_InternFromString(attribute_names[i])) == NULL) {
+            return -1;
+        }
+    }
+    if (request_kind == NULL && (request_kind = PyUnicode_InternFromString("request")) == NULL) {
+        return -1;
+    }
+    if (flag_name == NULL && (flag_name = PyUnicode_InternFromString("_flag")) == NULL) {
+        return -1;
+    }
+    return 0;
+}
+
+static void release_watched(watched *w)
+{
+    Py_CLEAR(w->running);
+    Py_CLEAR(w->pending);
+    Py_CLEAR(w->stopping);
+}
+
+static int read_double(PyObject *watcher, int name, double *into)
+{
+    PyObject *value = PyObject_GetAttr(watcher, attributes[name]);
+    *into = value == NULL ? -1.0 : PyFloat_AsDouble(value);
+    Py_XDECREF(value);
+    return *into == -1.0 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* 0, or -1 with an exception set (what was read released). */
+static int read_watched(PyObject *watcher, watched *w)
+{
+    memset(w, 0, sizeof(*w));
+    PyObject *seen = NULL;
+    if (read_double(watcher, PERIOD, &w->period) < 0 ||
+        read_double(watcher, THRESHOLD, &w->threshold) < 0 ||
+        read_double(watcher, REQUEST_THRESHOLD, &w->request_threshold) < 0 ||
+        (seen = PyObject_GetAttr(watcher, attributes[MODULES_SEEN])) == NULL ||
+        ((w->modules_seen = PyLong_AsSsize_t(seen)) == -1 && PyErr_Occurred()) ||
+        (w->running = PyObject_GetAttr(watcher, attributes[RUNNING])) == NULL ||
+        (w->pending = PyObject_GetAttr(watcher, attributes[PENDING])) == NULL ||
+        (w->stopping = PyObject_GetAttr(watcher, attributes[STOPPING])) == NULL) {
+        Py_XDECREF(seen);
+        release_watched(w);
+        return -1;
+    }
+    Py_DECREF(seen);
+    if (!PyDict_Check(w->running)) {
+        PyErr_SetString(PyExc_TypeError, "watch_wait(): the watcher's _running is not a dict");
+        release_watched(w);
+        return -1;
+    }
+    if (!(w->period >= 0 && w->period <= 10) || !(w->threshold >= 0)) {
+        PyErr_SetString(PyExc_ValueError, "watch_wait() sleeps from 0 to 10 seconds");
+        release_watched(w);
+        return -1;
+    }
+    return 0;
+}
+
+/* 1 when a timed call has run its limit less a period (the watcher reads its stack from then
+ * on), 0 when none has, -1 with an exception set. */
+static int call_near_limit(const watched *w, double now)
+{
+    Py_ssize_t pos = 0;
+    PyObject *ident, *call;
+    while (PyDict_Next(w->running, &pos, &ident, &call)) {
+        if (!PyTuple_Check(call) || PyTuple_GET_SIZE(call) != 2) {
+            return 1; /* not ours to judge: Python's loop reads it */
+        }
+        double started = PyFloat_AsDouble(PyTuple_GET_ITEM(call, 1));
+        if (started == -1.0 && PyErr_Occurred()) {
+            return -1;
+        }
+        PyObject *kind = PyTuple_GET_ITEM(call, 0);
+        int is_request =
+            kind == request_kind ? 1 : PyObject_RichCompareBool(kind, request_kind, Py_EQ);
+        if (is_request < 0) {
+            return -1;
+        }
+        if (now - started > (is_request ? w->request_threshold : w->threshold) - w->period) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Whether a threading.Event is set: its flag read as is_set() reads it (calling is_set() ran a
+ * Python frame at each wake, a fifth of a wake's cost); -1 with an exception set. */
+static int is_set(PyObject *event)
+{
+    PyObject *flag = PyObject_GetAttr(event, flag_name);
+    if (flag == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            return -1;
+        }
+        PyErr_Clear(); /* another Event than threading's: asked */
+        flag = PyObject_CallMethod(event, "is_set", NULL);
+    }
+    int set = flag == NULL ? -1 : PyObject_IsTrue(flag);
+    Py_XDECREF(flag);
+    return set;
+}
+
+/* 1 when the watcher's Python loop has work after a wake, 0 when it has none, -1 with an
+ * exception set. */
+static int has_work(const watched *w, double waited, double now, PyObject *modules)
+{
+    if (waited > w->threshold) {
+        return 1;
+    }
+    int stopped = is_set(w->stopping);
+    if (stopped != 0) {
+        return stopped;
+    }
+    Py_ssize_t count = PyObject_Length(w->pending);
+    if (count != 0) {
+        return count < 0 ? -1 : 1;
+    }
+    if (PyDict_GET_SIZE(modules) != w->modules_seen) {
+        return 1;
+    }
+    return call_near_limit(w, now);
+}
+
+/* watch_wait(watcher, active, modules)
+ * Waits as gil_wait(watcher.period, watcher.threshold) does, again and again, until a wake
+ * has work for the watcher's Python loop: a GIL hold past the threshold, its Event _stopping
+ * set, a stall _pending, a module loaded (len(modules) is not its _modules_seen), a call of its
+ * _running near its limit; or a second has passed. The watcher's attributes are read at each
+ * wake. Returns (threads, waited, holder, on_cpu, handoffs, now): a copy of ``active``
+ * (threading's threads) taken before that wake's sleep, gil_wait's four, and the monotonic
+ * clock after it. */
+PyObject *native_watch_wait(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3 || !PyDict_Check(args[1]) || !PyDict_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "watch_wait(watcher, active: dict, modules: dict)");
+        return NULL;
+    }
+    if (intern_names() < 0) {
+        return NULL;
+    }
+    PyObject *watcher = args[0], *active = args[1], *modules = args[2];
+    uint64_t quiet_until = monotonic_ns() + QUIET_NS;
+    for (;;) {
+        watched w;
+        if (read_watched(watcher, &w) < 0) {
+            return NULL;
+        }
+        PyObject *threads = PyDict_Copy(active);
+        if (threads == NULL) {
+            release_watched(&w);
+            return NULL;
+        }
+        gil_watch watch;
+        double waited = gil_wait_once(w.period, w.threshold, &watch);
+        uint64_t now_ns = monotonic_ns();
+        double now = (double)now_ns / 1e9;
+        int work = now_ns >= quiet_until ? 1 : has_work(&w, waited, now, modules);
+        PyObject *result = NULL, *held = NULL;
+        if (work > 0 && (held = gil_wait_result(waited, &watch)) != NULL) {
+            result = Py_BuildValue("(OdOOOd)", threads, waited, PyTuple_GET_ITEM(held, 1),
+                                   PyTuple_GET_ITEM(held, 2), PyTuple_GET_ITEM(held, 3), now);
+            Py_DECREF(held);
+        }
+        Py_DECREF(threads);
+        gil_watch_release(&watch);
+        release_watched(&w);
+        if (work != 0) {
+            return result; /* NULL with the exception set when work < 0 or building failed */
+        }
+    }
+}

@@ -1,0 +1,131 @@
+"""The stall watcher's loop in C (_native.watch_wait): it stays in C while its wakes find no
+work, and returns as soon as one does."""
+
+import collections
+import ctypes
+import sys
+import threading
+import time
+import types
+
+import pytest
+
+from sampler._engine_native import unavailable
+
+pytestmark = pytest.mark.skipif(unavailable() is not None, reason="the native engine's loop")
+
+PERIOD = 0.01
+THRESHOLD = 0.05
+REQUEST_THRESHOLD = 0.5
+PLANTED = "fleetflame_test_planted_module"
+
+
+class Watched:
+    """What the loop reads of the watcher at each wake (StallWatcher's attributes)."""
+
+    def __init__(self):
+        self.period = PERIOD
+        self.threshold = THRESHOLD
+        self.request_threshold = REQUEST_THRESHOLD
+        self._running = {}
+        self._pending = collections.deque()
+        self._stopping = threading.Event()
+        self._modules_seen = len(sys.modules)
+
+    def wait(self):
+        from sampler import _native
+
+        started = time.monotonic()
+        result = _native.watch_wait(self, threading._active, sys.modules)
+        return time.monotonic() - started, result
+
+
+def later(seconds, action):
+    timer = threading.Timer(seconds, action)
+    timer.start()
+    return timer
+
+
+def test_with_nothing_to_do_it_returns_once_a_second_only():
+    elapsed, (threads, waited, holder, on_cpu, handoffs, now) = Watched().wait()
+    assert 0.95 <= elapsed < 3
+    assert threading.main_thread().ident in threads
+    assert waited < THRESHOLD and holder is None and on_cpu is None
+    assert abs(now - time.monotonic()) < 0.5
+
+
+@pytest.mark.parametrize(
+    "plant",
+    [
+        pytest.param(lambda w: w._stopping.set(), id="stopping"),
+        pytest.param(lambda w: w._pending.append("a stall"), id="a stall pending"),
+        pytest.param(lambda w: w._running.update({1: ("loop", time.monotonic())}), id="a call"),
+        pytest.param(
+            lambda w: sys.modules.setdefault(PLANTED, types.ModuleType(PLANTED)),
+            id="a module loaded",
+        ),
+    ],
+)
+def test_it_returns_at_the_first_wake_after_work_appears(plant):
+    watched = Watched()
+    timer = later(0.2, lambda: plant(watched))
+    try:
+        elapsed, _ = watched.wait()
+    finally:
+        timer.cancel()
+        sys.modules.pop(PLANTED, None)
+    assert 0.2 <= elapsed < 0.6
+
+
+def test_a_call_returns_it_only_once_near_its_kinds_limit():
+    watched = Watched()
+    # A request is read from its limit less a period on; a loop callback would be at once.
+    watched._running[1] = ("request", time.monotonic())
+    elapsed, _ = watched.wait()
+    assert REQUEST_THRESHOLD - PERIOD <= elapsed < REQUEST_THRESHOLD + 0.3
+
+
+def hold_the_gil(seconds):
+    ctypes.PyDLL(None).usleep(int(seconds * 1e6))  # C code that keeps the GIL
+
+
+def test_the_gil_held_returns_it_with_the_holder():
+    holder = threading.Thread(target=lambda: (time.sleep(0.2), hold_the_gil(0.2)), name="h")
+    holder.start()
+    try:
+        elapsed, (threads, waited, ident, _, _, _) = Watched().wait()
+    finally:
+        holder.join()
+    assert 0.2 <= elapsed < 0.9
+    assert 0.1 <= waited <= 0.3
+    assert ident == holder.ident and threads[ident].name == "h"
+
+
+def test_a_threshold_changed_while_it_waits_counts_from_the_next_wake():
+    watched = Watched()
+    watched._running[1] = ("request", time.monotonic())
+    timer = later(0.1, lambda: setattr(watched, "request_threshold", 0.2))
+    try:
+        elapsed, _ = watched.wait()
+    finally:
+        timer.cancel()
+    assert 0.2 - PERIOD <= elapsed < 0.45
+
+
+def test_wrong_arguments_are_a_clear_error():
+    from sampler import _native
+
+    with pytest.raises(TypeError, match="watch_wait"):
+        _native.watch_wait(Watched())
+    with pytest.raises(TypeError, match="watch_wait"):
+        _native.watch_wait(Watched(), [], sys.modules)
+    with pytest.raises(AttributeError, match="period"):
+        _native.watch_wait(object(), {}, {})
+    watched = Watched()
+    watched.period = -1.0
+    with pytest.raises(ValueError, match="0 to 10 seconds"):
+        watched.wait()
+    watched = Watched()
+    watched._running = []
+    with pytest.raises(TypeError, match="_running"):
+        watched.wait()
