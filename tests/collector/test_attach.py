@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import uuid
 
 import pytest
 import requests
@@ -37,9 +38,13 @@ legacy_main()
 
 @pytest.fixture
 def target_process():
+    # A marker of its own: another test's target, on the other xdist worker, must not match.
     proc = subprocess.Popen(
-        [sys.executable, "-c", TARGET, "legacy-billing-marker"], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", TARGET, f"legacy-billing-marker-{uuid.uuid4().hex}"],
+        stdout=subprocess.PIPE,
+        text=True,
     )
+    proc.marker = proc.args[-1]
     assert proc.stdout.readline().strip() == "ready"
     yield proc
     proc.kill()
@@ -101,7 +106,7 @@ def test_attach_serves_the_sampler_endpoints_and_the_collector_stores_it(
 
 
 def test_match_finds_the_oldest_matching_process(target_process):
-    assert find_process(r"legacy-billing-marker") == target_process.pid
+    assert find_process(target_process.marker) == target_process.pid
     assert find_process(r"no-process-has-this-\d{40}") is None
 
 
@@ -140,6 +145,7 @@ def test_permission_denied_says_what_is_needed(target_process, tmp_path):
     assert "SYS_PTRACE" in permission_help(1)
 
 
+@pytest.mark.alone
 def test_pid_that_exits_ends_attach_with_a_clear_message(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -169,6 +175,7 @@ def test_pid_that_exits_ends_attach_with_a_clear_message(tmp_path):
     assert f"process {proc.pid} is gone" in result.stderr
 
 
+@pytest.mark.alone
 def test_the_agent_is_served_by_the_samplers_http_server():
     import time
 
