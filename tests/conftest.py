@@ -18,22 +18,20 @@ PG_ADMIN_URL = os.environ.get(
 )
 
 
-# Tests that measure time or sampled shares: a neighbour busy on the other core would skew them,
-# so `make test` runs them by themselves, one at a time, after the rest (which run on two
-# processes at once). A whole folder or file is named here; `pytest -m alone` selects them.
-ALONE = (
-    "tests/sampler/",
-    "tests/middleware/",
-    "tests/collector/test_service.py",
-    "tests/collector/test_poller.py",
-    "tests/collector/test_worst.py",
-    "tests/collector/test_attach.py",
-)
+# Tests that measure wall or CPU time, sampled counts or shares, latency or overhead: a
+# neighbour busy on the other core would skew them, so `make test` runs them by themselves, one
+# at a time, after the rest (which run on two processes at once); `pytest -m alone` selects
+# them. In the folders named here most tests measure, so a test there is alone unless it, or its
+# module, carries `pytest.mark.parallel` (it measures none of these: settings, parsing, formats,
+# crashes); a new test there stays alone until someone reads it and decides. Anywhere else, and
+# over a module's `parallel`, a test that measures carries `pytest.mark.alone` itself.
+ALONE = ("tests/sampler/", "tests/middleware/")
 
 
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
-        if item.nodeid.startswith(ALONE):  # node ids are relative to the root
+        # Node ids are relative to the root.
+        if item.nodeid.startswith(ALONE) and item.get_closest_marker("parallel") is None:
             item.add_marker(pytest.mark.alone)
 
 

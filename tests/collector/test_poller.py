@@ -100,6 +100,7 @@ def test_refused_and_dns_failures(poller):
 
 
 @pytest.mark.parametrize("declare", [False, True])
+@pytest.mark.alone
 def test_gigantic_payload_is_cut_at_the_cap(poller, servers, declare):
     server = servers()
     server.behaviour = gigantic(total_mb=256, declare=declare)
@@ -110,6 +111,7 @@ def test_gigantic_payload_is_cut_at_the_cap(poller, servers, declare):
     assert time.monotonic() - started < 20  # it did not read 256 MB
 
 
+@pytest.mark.alone
 def test_hanging_and_dripping_targets_do_not_delay_the_others(poller, servers):
     release = threading.Event()
     hanging, dripping = servers(), servers()

@@ -196,6 +196,7 @@ def test_scheduled_collector_serves_health_and_metrics(sqlite_url, server):
     assert stored(sqlite_url, "a1") == {"m;a": 8, "m;b": 2}
 
 
+@pytest.mark.alone
 def test_a_hanging_and_a_dripping_target_never_delay_the_others(sqlite_url, logs):
     import statistics
     import threading

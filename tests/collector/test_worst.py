@@ -79,6 +79,7 @@ def worker():
         yield Target("127.0.0.1", port)
 
 
+@pytest.mark.alone
 def test_stalls_and_requests_are_stored_once_and_served(worker, db_url):
     store = Store(db_url)
     store.migrate()
@@ -158,6 +159,7 @@ def test_a_sketch_delta_holds_what_was_added_between_two_reads():
 
 
 @pytest.mark.browser
+@pytest.mark.alone
 def test_the_worst_cases_page_shows_the_planted_stall_and_the_routes(worker, tmp_path):
     import threading
 

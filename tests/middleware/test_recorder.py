@@ -19,6 +19,10 @@ from sampler._labels import native_route_tags
 from sampler._requests import MAX_RAW_PATHS, OVERFLOW, UNMATCHED, queue_delay, recorder
 from sampler.middleware._wsgi import PythonWSGIMiddleware
 
+# Counting, naming and labelling requests; the tests that read a request's time or count its
+# samples are alone.
+pytestmark = pytest.mark.parallel
+
 NOW = 1_795_000_000.25
 
 # The WSGI middleware's two paths: in C where the native extension is built (what
@@ -127,6 +131,7 @@ def test_a_plain_wsgi_app_counts_by_path_up_to_a_bound_then_overflows(wsgi_middl
     assert "/page/0?q=1" not in routes  # the query string is not part of a route
 
 
+@pytest.mark.alone
 def test_errors_exceptions_and_streamed_bodies(wsgi_middleware):
     serving = Serving(wsgi_middleware(plain_app))
     try:
@@ -163,6 +168,7 @@ def make_flask_app(middleware=sampler.middleware.WSGIMiddleware):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.alone
 def test_flask_requests_are_named_by_their_rule_and_label_their_samples(engine, wsgi_middleware):
     # The python engine's thread driver: this main thread waits on a socket meanwhile.
     driver = "thread" if engine == "python" else "auto"

@@ -6,8 +6,13 @@ import threading
 import tracemalloc
 from pathlib import Path
 
+import pytest
+
 from sampler import _labels
 from sampler._stacks import OTHER, TRUNCATED, StackTable
+
+# Memory and counts of stacks, not time: runs beside other tests (tests/conftest.py).
+pytestmark = pytest.mark.parallel
 
 
 def table(**overrides):

@@ -39,6 +39,7 @@ def test_script_gets_its_arguments_and_its_exit_status_is_kept(tmp_path):
     assert "__main__:busy_for_a_while" in names
 
 
+@pytest.mark.parallel
 def test_module_mode(tmp_path):
     out = tmp_path / "out.folded"
     subprocess.run(
@@ -50,6 +51,7 @@ def test_module_mode(tmp_path):
     assert any(s.endswith("__main__:module_work") for s in parse_folded(out.read_text()))
 
 
+@pytest.mark.parallel
 def test_fleetflame_command_dispatches_run(tmp_path):
     out = tmp_path / "out.folded"
     subprocess.run(
@@ -72,6 +74,7 @@ def test_fleetflame_command_dispatches_run(tmp_path):
     assert parse_folded(out.read_text())
 
 
+@pytest.mark.parallel
 def test_bad_option_is_a_clear_error(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "sampler", "run", "--mode", "gpu", str(WORKLOADS / "exits.py")],

@@ -9,6 +9,9 @@ import pytest
 
 import sampler
 
+# Drivers and settings; the two tests that count samples or measure overhead are alone.
+pytestmark = pytest.mark.parallel
+
 
 def spin(seconds):
     end = time.thread_time() + seconds
@@ -31,6 +34,7 @@ def test_start_twice_returns_the_same_sampler_and_stop_restores_handlers():
     sampler.stop()  # harmless when nothing runs
 
 
+@pytest.mark.alone
 def test_another_librarys_handler_is_kept_and_the_thread_driver_used(caplog):
     calls = []
 
@@ -70,6 +74,7 @@ def test_started_off_the_main_thread_falls_back_to_the_thread_driver(caplog):
         sampler.stop()
 
 
+@pytest.mark.alone
 def test_overhead_budget_stretches_the_interval():
     s = sampler.start(
         port="none", interval=0.001, overhead_budget=0.001, driver="thread", mode="wall"

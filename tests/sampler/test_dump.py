@@ -4,7 +4,12 @@ import json
 import sys
 import threading
 
+import pytest
+
 from sampler._dump import ThreadInfo, render_json, render_text, threads_of
+
+# Pure rendering, no clock: runs beside other tests (tests/conftest.py).
+pytestmark = pytest.mark.parallel
 
 
 def inner(here):

@@ -12,6 +12,9 @@ from samplerhelpers import HTTPStatusError, free_port, get, get_json
 import sampler
 from sampler.profile import parse_folded, unescape_frame
 
+# Formats, errors and tokens; the tests that time answers or count a window's samples are alone.
+pytestmark = pytest.mark.parallel
+
 
 def spin(seconds):
     end = time.thread_time() + seconds
@@ -72,6 +75,7 @@ def test_counts_only_grow_so_readers_never_steal(running):
     assert second["total_samples"] > first["total_samples"]
 
 
+@pytest.mark.alone
 def test_seconds_gives_a_fresh_profile(running):
     done = threading.Event()
 
@@ -127,6 +131,7 @@ def test_post_is_refused(running):
     assert caught.value.code == 405
 
 
+@pytest.mark.alone
 def test_slow_client_does_not_stall_sampling_or_other_clients(running):
     slow = socket.create_connection(("127.0.0.1", running.server.port))
     slow.sendall(b"GET /stacks HTTP/1.1\r\nHost: x\r\n")  # never finishes its headers
@@ -139,6 +144,7 @@ def test_slow_client_does_not_stall_sampling_or_other_clients(running):
     slow.close()
 
 
+@pytest.mark.alone
 def test_mounted_in_a_host_server_long_reads_wait_on_a_few_threads_only(running):
     """In a host's own server there is nothing to park in: a long read waits on its thread,
     and past a few of them it is refused, so quick reads always find a slot."""
@@ -216,6 +222,7 @@ def test_a_token_no_header_can_carry_is_a_config_error_naming_the_setting(
     assert sampler.running() is None
 
 
+@pytest.mark.alone
 def test_dump_lists_every_thread_but_the_samplers_own(running):
     stop = threading.Event()
 
@@ -349,6 +356,7 @@ def busy_in_b():
     spin(0.2)
 
 
+@pytest.mark.alone
 def test_since_lists_only_what_changed_after_a_tick_read_before():
     s = sampler.start(port=0, mode="cpu", driver="thread", interval=0.005)
     try:

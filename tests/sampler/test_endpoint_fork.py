@@ -11,6 +11,9 @@ from samplerhelpers import free_port, get_json, run_python
 import sampler
 from sampler._server import CHILD_PORT_TRIES, start_server
 
+# Ports and processes, no clock: runs beside other tests (tests/conftest.py).
+pytestmark = pytest.mark.parallel
+
 
 @pytest.fixture
 def busy_port():

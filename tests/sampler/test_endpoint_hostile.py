@@ -177,6 +177,7 @@ def test_a_parked_request_answers_after_its_time_and_leaves_no_place_taken(serve
     assert s.parked == 0
 
 
+@pytest.mark.parallel
 def test_parking_is_bounded(server):
     s = server(max_parked=2)
     waiting = [connect(s.port, b"GET /later?30 HTTP/1.0\r\n\r\n") for _ in range(2)]
@@ -253,6 +254,7 @@ def test_a_reader_that_never_reads_holds_no_worker_and_is_cut_off(server):
         (b"GET /boom HTTP/1.1\r\n\r\n", 500, b"the endpoint failed"),
     ],
 )
+@pytest.mark.parallel
 def test_bad_requests_get_a_clear_status(server, request_bytes, status, message, caplog):
     s = server()
     got, _, body = ask(s.port, request_bytes)
@@ -260,11 +262,13 @@ def test_bad_requests_get_a_clear_status(server, request_bytes, status, message,
     assert ask(s.port, b"GET /hello HTTP/1.0\r\n\r\n")[2] == b"hi"  # and it goes on serving
 
 
+@pytest.mark.parallel
 def test_an_app_may_take_longer_than_the_head_deadline(server):
     s = server(head_timeout=0.2)
     assert ask(s.port, b"GET /sleepy?0.5 HTTP/1.0\r\n\r\n")[2] == b"slept"
 
 
+@pytest.mark.parallel
 def test_head_gets_the_headers_only(server):
     s = server()
     status, head, body = ask(s.port, b"HEAD /hello HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -297,6 +301,7 @@ def test_idle_stop_is_quick():
     assert sorted(durations)[2] < 0.05 and max(durations) < 0.2
 
 
+@pytest.mark.parallel
 def test_endpoint_threads_are_named_excluded_and_released(running):
     server = running.server
     idents = {t.ident for t in server.threads}

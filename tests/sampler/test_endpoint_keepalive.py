@@ -10,6 +10,9 @@ import sampler
 from sampler import _http
 from sampler._server import accepts_gzip
 
+# Connections and encodings; the test of the idle and head deadlines is alone.
+pytestmark = pytest.mark.parallel
+
 KEEP = b"GET /hello HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n"
 
 
@@ -81,6 +84,7 @@ def test_without_asking_the_connection_closes_after_one_answer(server):
         assert "Connection: close" in head and closed(sock)
 
 
+@pytest.mark.alone
 def test_an_unused_kept_connection_is_closed_and_a_slow_next_head_is_cut(server):
     s = server(keep_alive_timeout=0.3, head_timeout=0.3)
     with socket.create_connection(("127.0.0.1", s.port), timeout=5) as sock:

@@ -4,6 +4,9 @@ import pytest
 
 from sampler._http_messages import Refused, encode_answer, encode_error, head_end, parse_head
 
+# Pure parsing, no clock: runs beside other tests (tests/conftest.py).
+pytestmark = pytest.mark.parallel
+
 
 def test_a_head_gives_method_target_version_and_headers():
     head = b"GET /stacks?seconds=5 HTTP/1.1\r\nHost: x\r\nAuthorization:  Bearer t \r\n\r\n"

@@ -26,6 +26,7 @@ def frames_of(doc):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parallel
 def test_fork_child_has_fresh_identity_counts_and_endpoint(engine):
     port = free_port()
     out = run_python(str(WORKLOADS / "forker.py"), f"{port}-{port + 10}", engine)

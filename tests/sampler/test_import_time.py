@@ -4,7 +4,11 @@ A deterministic check of what a fresh interpreter has imported, not a timing (th
 in bench/bench_endpoint.py).
 """
 
+import pytest
 from samplerhelpers import run_python
+
+# Which modules are loaded, not how long they take: runs beside other tests (tests/conftest.py).
+pytestmark = pytest.mark.parallel
 
 SERVER_CODE = ("http.server", "wsgiref", "email", "json", "xml", "socketserver", "sampler._server")
 # Costly modules the sampler imports only where it uses them (each ~2-8 ms at import).

@@ -51,6 +51,7 @@ def test_untagged_samples_have_the_empty_label_set(doc):
     )
 
 
+@pytest.mark.parallel
 def test_tag_contexts_restore_in_process():
     assert sampler.current_labels() == {}
     with sampler.tag(a="1"):

@@ -41,6 +41,7 @@ def containing(counts, name):
     )
 
 
+@pytest.mark.parallel
 def test_native_is_the_default_engine_and_says_so():
     s = sampler.start(port="none")
     try:
@@ -224,6 +225,7 @@ def test_stop_is_quick():
     assert s.info()["total_samples"] > 0
 
 
+@pytest.mark.parallel
 def test_engine_native_fails_clearly_and_auto_falls_back_where_it_cannot_load(tmp_path):
     script = (
         "import sys, json; sys.modules['sampler._native'] = None\n"
@@ -286,6 +288,7 @@ def test_a_failing_drain_falls_back_to_the_python_engine_with_one_line(caplog):
         sampler.stop()
 
 
+@pytest.mark.parallel
 def test_rearming_after_a_thread_ended_between_syncs_is_no_failure():
     # Threads that ran before start() are registered by the sync, with no exit hook: once one
     # ends, its CPU-clock timer cannot be set (ESRCH) until the next sync drops it. The
@@ -309,6 +312,7 @@ def test_rearming_after_a_thread_ended_between_syncs_is_no_failure():
         sampler.stop()
 
 
+@pytest.mark.parallel
 def test_a_drain_failing_while_stopping_starts_no_other_engine(caplog):
     s = sampler.start(port="none")
     engine = s.engine
@@ -345,6 +349,7 @@ def test_a_drain_failing_while_stopping_starts_no_other_engine(caplog):
     ],
 )
 @pytest.mark.parametrize("mode", ["cpu", "wall"])
+@pytest.mark.parallel
 def test_the_host_survives(scenario, mode):
     result = subprocess.run(
         [sys.executable, str(WORKLOADS / "stress.py"), scenario, "1.5", mode],
@@ -413,6 +418,7 @@ def test_a_reused_thread_ident_does_not_take_the_last_threads_time():
     assert abs(a - b) <= 0.25 * (a + b), (a, b)
 
 
+@pytest.mark.parallel
 def test_intervals_the_engines_cannot_keep_are_refused():
     for bad in (1e-10, 0.0, 7200.0, float("nan")):
         with pytest.raises(sampler.ConfigError, match="interval"):
@@ -422,6 +428,7 @@ def test_intervals_the_engines_cannot_keep_are_refused():
     assert sampler.running() is None
 
 
+@pytest.mark.parallel
 def test_a_replaced_sigprof_handler_makes_the_engine_fall_back(caplog):
     s = sampler.start(port="none")
     try:
@@ -437,6 +444,7 @@ def test_a_replaced_sigprof_handler_makes_the_engine_fall_back(caplog):
         signal.signal(signal.SIGPROF, signal.SIG_DFL)
 
 
+@pytest.mark.parallel
 def test_a_real_crash_still_reaches_faulthandler():
     # The fault guard passes every fault that is not a walk's to the handler before it.
     code = (
@@ -459,6 +467,7 @@ def distinct(n):
     return spin(0.003) if n == 0 else distinct(n - 1)
 
 
+@pytest.mark.parallel
 def test_stacks_past_max_stacks_count_under_other_and_thread_roots_name_threads():
     s = sampler.start(port="none", max_stacks=5, thread_frames=True, lineno=True)
     try:
@@ -477,6 +486,7 @@ def test_stacks_past_max_stacks_count_under_other_and_thread_roots_name_threads(
     assert any(stack.endswith("[other]") for stack in counts)
 
 
+@pytest.mark.parallel
 def test_the_extension_exports_nothing_but_its_init():
     # A host binary's symbols win over a library's: uWSGI exports a function called stats,
     # which took the place of the engine's counters of that name until they were hidden.

@@ -130,6 +130,7 @@ def native_stats(s):
     return s.engine._native.stats()
 
 
+@pytest.mark.parallel
 def test_the_native_table_holds_only_the_tags_open_now():
     # A request's frame is freed and its memory reused by the next request's: 50,000
     # requests leave nothing behind in the table the signal handler reads.

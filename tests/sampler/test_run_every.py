@@ -4,6 +4,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 from samplerhelpers import WORKLOADS, env
 
 from sampler.profile import parse_folded
@@ -46,6 +47,7 @@ def test_each_file_holds_its_own_period_and_the_files_sort_in_time(tmp_path):
     assert sum(one) >= 50 and sum(two) >= 50  # 80 each at 100 Hz
 
 
+@pytest.mark.parallel
 def test_without_every_output_is_one_file_as_before(tmp_path):
     out = tmp_path / "out.folded"
     result = run("--output", str(out), str(WORKLOADS / "phases.py"), "0.3")
@@ -54,6 +56,7 @@ def test_without_every_output_is_one_file_as_before(tmp_path):
     assert has(counts, "phase_one") and has(counts, "phase_two")
 
 
+@pytest.mark.parallel
 def test_every_needs_a_directory_and_a_positive_period(tmp_path):
     script = str(WORKLOADS / "phases.py")
     result = run("--every", "60", script, "0")

@@ -9,6 +9,9 @@ from hypothesis import strategies as st
 
 from sampler._sketch import MIN_VALUE, Sketch, SketchError
 
+# Pure arithmetic on given values, no clock: runs beside other tests (tests/conftest.py).
+pytestmark = pytest.mark.parallel
+
 # Latencies from 1 us to a day, and some zeros (and clock skew's negative queueing delays).
 values = st.one_of(
     st.floats(min_value=MIN_VALUE, max_value=86_400.0, allow_nan=False),

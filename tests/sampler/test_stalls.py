@@ -232,6 +232,7 @@ def test_stall_settings_come_from_the_environment_and_stalls_can_be_off(monkeypa
         sampler.stop()
 
 
+@pytest.mark.parallel
 def test_stopping_restores_every_method_it_timed_and_a_left_wrapper_is_never_wrapped_again():
     from wsgiref.handlers import BaseHandler
 

@@ -37,6 +37,7 @@ print(thread_cpu_time(ident), _cpu(ident), table._thread_cpu(ident))
 
 
 @pytest.mark.parametrize("mode", ["cpu", "wall"])
+@pytest.mark.parallel
 def test_the_clock_of_a_thread_that_ended_reads_as_none_and_never_crashes(mode):
     code = STALE.replace("MODE", repr(mode))
     result = subprocess.run(

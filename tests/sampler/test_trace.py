@@ -80,6 +80,7 @@ def read_trace(path):
     return {names[tid]: root for tid, root in roots.items()}, document["otherData"]
 
 
+@pytest.mark.parallel
 def test_each_thread_is_written_well_nested():
     # A return from before the trace, a call of the tracer (hidden with what it calls), and a
     # call still open at the end, in one thread's events.
@@ -237,6 +238,7 @@ def test_a_module_run_with_dash_m_is_named_main(tmp_path):
 
 
 @pytest.mark.parametrize("python", PYTHONS)
+@pytest.mark.parallel
 def test_the_buffer_bound_is_respected_and_the_drop_reported(tmp_path, python):
     out, result = trace(tmp_path, "--max-events", "3000", str(PROGRAM), python=python)
     assert result.stdout == "main done\n"  # the program ran on, untraced once the buffer filled
@@ -264,6 +266,7 @@ def test_seconds_stops_recording_and_writes_while_the_program_goes_on(tmp_path, 
     assert result.stderr.count("written to") == 1
 
 
+@pytest.mark.parallel
 def test_a_forked_child_neither_writes_nor_goes_on_recording(tmp_path):
     out, result = trace(tmp_path, str(PROGRAM), "fork")
     assert result.stderr.count("written to") == 1  # by the parent alone
@@ -310,6 +313,7 @@ def test_gzip_output(tmp_path):
     check_structure(read_trace(plain)[0])
 
 
+@pytest.mark.parallel
 def test_bad_options_say_what_is_wrong(tmp_path):
     for option, value in (("--seconds", "0"), ("--max-events", "0")):
         result = subprocess.run(
