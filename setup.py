@@ -50,6 +50,7 @@ def native_extensions() -> list[Extension]:
         "middleware",
         "counting",
         "watch",
+        "asgi",
     ]
     return [
         Extension(

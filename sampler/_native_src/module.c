@@ -805,6 +805,9 @@ static PyMethodDef methods[] = {
      "queue_delay, status_code, max_queue) -> (errors, queued, latency, queue, total, over): "
      "a route's finished requests into its sketches' bins (each sketch's zero, sum and max "
      "returned), and the indices of those slower than threshold."},
+    {"asgi_request_start", native_asgi_request_start, METH_O,
+     "asgi_request_start(headers): the value of an ASGI scope's first X-Request-Start or "
+     "X-Queue-Start header, decoded as Latin-1, or None."},
     {"labels_bind", native_labels_bind, METH_VARARGS,
      "labels_bind(labels_var, frame_tags, route_sets, route_set_new): sampler._labels' "
      "state, for RouteTag and WSGIWrapper."},
@@ -828,7 +831,7 @@ PyMODINIT_FUNC PyInit__native(void)
         PyModule_AddIntConstant(module, "FLAG_REPEAT", FLAG_REPEAT) < 0 ||
         PyModule_AddIntConstant(module, "FLAG_ENTRY", FLAG_ENTRY) < 0 ||
         PyModule_AddIntConstant(module, "FLAG_EXIT", FLAG_EXIT) < 0 ||
-        middleware_add_types(module) < 0) {
+        middleware_add_types(module) < 0 || asgi_add_types(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import sys
-import threading
 import time
+from threading import get_ident
+from time import monotonic
 
-from .._labels import route_tag_type
+from .._labels import native_route_tags, route_tag_type
 from .._requests import UNMATCHED, recorder
 
 # In C where the native extension is built: a request's tag costs no Python frame.
 RouteTag = route_tag_type()
+_NATIVE = native_route_tags()
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
 if TYPE_CHECKING:
@@ -28,6 +30,28 @@ _HEADERS = (b"x-request-start", b"x-queue-start")
 MAX_DEPTH = 32
 
 
+def python_request_start(headers: Any) -> str | None:
+    """The value of the first request-start header of a scope's headers, or None (a pair of
+    another shape, or a value not bytes, is passed over, as in C)."""
+    for pair in headers:
+        if len(pair) == 2 and pair[0] in _HEADERS and isinstance(pair[1], bytes):
+            return pair[1].decode("latin-1")
+    return None
+
+
+def python_status_send(send: Send, state: list[Any]) -> Send:
+    """The send a request's app is given: notes the response's status in ``state[1]``."""
+
+    # A plain function returning send's awaitable: a coroutine of ours for each message
+    # cost more than the rest of the wrapper.
+    def send_status(message: Any) -> Awaitable[None]:
+        if message.get("type") == "http.response.start":
+            state[1] = message.get("status", 0)
+        return send(message)
+
+    return send_status
+
+
 class ASGIMiddleware:
     """Wraps an ASGI app: ``app.add_middleware(ASGIMiddleware)`` or ``ASGIMiddleware(app)``.
 
@@ -35,6 +59,12 @@ class ASGIMiddleware:
     by its route's template (``/items/{item_id}``) and its handler's samples carry it, whatever
     task runs it; any other app's requests by their path, the first ``MAX_RAW_PATHS`` of them.
     """
+
+    # The header's search and the status's send: in C where the native extension is built.
+    request_start = staticmethod(
+        _NATIVE.asgi_request_start if _NATIVE is not None else python_request_start
+    )
+    status_send = _NATIVE.StatusSend if _NATIVE is not None else staticmethod(python_status_send)
 
     def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
         self.app = app
@@ -46,12 +76,8 @@ class ASGIMiddleware:
             return
         if self._routed is None:
             self._routed = _wrap_routes(self.app)
-        started = time.monotonic()
-        header = None
-        for name, value in scope.get("headers") or ():
-            if name in _HEADERS:
-                header = value.decode("latin-1")
-                break
+        started = monotonic()
+        header = self.request_start(scope.get("headers") or ())
         wall = time.time() if header else 0.0
         state: list[Any] = [None, 0]
         scope[KEY] = state
@@ -60,29 +86,22 @@ class ASGIMiddleware:
             state[0] = recorder.route_name(scope.get("path") or "/", raw=True)
             tag = RouteTag(sys._getframe(0))
             tag.route(state[0])
-
-        async def send_status(message: Any) -> None:
-            if message.get("type") == "http.response.start":
-                state[1] = message.get("status", 0)
-            await send(message)
-
         try:
-            await self.app(scope, receive, send_status)
+            await self.app(scope, receive, self.status_send(send, state))
         except BaseException:
             state[1] = 0
             raise
         finally:
             if tag is not None:
                 tag.close()
-            elapsed = time.monotonic() - started
             recorder.finish(
                 (
                     state[0] or UNMATCHED,
                     started,
-                    elapsed,
+                    monotonic() - started,
                     header,
                     wall,
-                    threading.get_ident(),
+                    get_ident(),
                     True,
                     state[1],
                     scope.get("path") or "/",
@@ -121,7 +140,7 @@ def _named(handle: Callable[..., Awaitable[None]], template: str) -> Callable[..
     """Wraps a route's handler: the request gets the route's name and its samples the label."""
 
     async def named(scope: Scope, receive: Receive, send: Send) -> None:
-        name = recorder.route_name(template)
+        name = recorder.names.get(template) or recorder.route_name(template)
         state = scope.get(KEY)
         if state is not None:
             state[0] = name
@@ -134,3 +153,11 @@ def _named(handle: Callable[..., Awaitable[None]], template: str) -> Callable[..
 
     named.fleetflame_route = template  # type: ignore[attr-defined]
     return named
+
+
+class PythonASGIMiddleware(ASGIMiddleware):
+    """The ASGI middleware without the native extension's parts (what an install without the
+    extension runs; the tests run both)."""
+
+    request_start = staticmethod(python_request_start)
+    status_send = staticmethod(python_status_send)

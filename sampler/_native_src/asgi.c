@@ -1,0 +1,181 @@
+/* The ASGI middleware's per-request parts that cost most in Python (sampler/middleware/_asgi.py):
+ * finding the request-start header among the request's headers, and the ``send`` that notes
+ * the response's status on its way to the server's. */
+#include "native.h"
+
+#include <stddef.h>
+#include <string.h>
+
+static int is_start_header(PyObject *name)
+{
+    if (!PyBytes_Check(name)) {
+        return 0;
+    }
+    Py_ssize_t size = PyBytes_GET_SIZE(name);
+    const char *text = PyBytes_AS_STRING(name);
+    return (size == 15 && memcmp(text, "x-request-start", 15) == 0) ||
+           (size == 13 && memcmp(text, "x-queue-start", 13) == 0);
+}
+
+/* asgi_request_start(headers): the value of the first X-Request-Start or X-Queue-Start header
+ * of an ASGI scope's headers (pairs of lower-case bytes), decoded as Latin-1; None if there is
+ * none. A pair of another shape, or a value not bytes, is passed over. */
+PyObject *native_asgi_request_start(PyObject *module, PyObject *headers)
+{
+    (void)module;
+    PyObject *pairs = PySequence_Fast(headers, "asgi_request_start() takes the scope's headers");
+    if (pairs == NULL) {
+        return NULL;
+    }
+    PyObject *found = NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(pairs);
+    PyObject **items = PySequence_Fast_ITEMS(pairs);
+    for (Py_ssize_t i = 0; i < count && found == NULL; i++) {
+        PyObject *pair = items[i];
+        PyObject *name, *value;
+        if (PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2) {
+            name = PyTuple_GET_ITEM(pair, 0), value = PyTuple_GET_ITEM(pair, 1);
+        } else if (PyList_CheckExact(pair) && PyList_GET_SIZE(pair) == 2) {
+            name = PyList_GET_ITEM(pair, 0), value = PyList_GET_ITEM(pair, 1);
+        } else {
+            continue;
+        }
+        if (is_start_header(name) && PyBytes_Check(value)) {
+            found = PyUnicode_DecodeLatin1(PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value),
+                                           NULL);
+            if (found == NULL) {
+                Py_DECREF(pairs);
+                return NULL;
+            }
+        }
+    }
+    Py_DECREF(pairs);
+    return found != NULL ? found : Py_NewRef(Py_None);
+}
+
+/* -- StatusSend -------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *send;  /* the server's send */
+    PyObject *state; /* the request's [route, status] list */
+    vectorcallfunc vectorcall;
+} StatusSend;
+
+static PyObject *str_type, *str_status, *str_start;
+
+/* message.get(key): a new reference, NULL with *found 0 when absent, NULL with an exception
+ * set on error. */
+static PyObject *message_get(PyObject *message, PyObject *key, int *failed)
+{
+    *failed = 0;
+    PyObject *value;
+    if (PyDict_CheckExact(message)) {
+        value = Py_XNewRef(PyDict_GetItemWithError(message, key));
+    } else {
+        value = PyObject_CallMethod(message, "get", "O", key); /* a mapping of another kind */
+        if (value == Py_None) {
+            Py_CLEAR(value);
+        }
+    }
+    *failed = value == NULL && PyErr_Occurred() != NULL;
+    return value;
+}
+
+/* Notes the status of an http.response.start message, as the Python path's send does:
+ * state[1] = message.get("status", 0). */
+static int note_status(StatusSend *self, PyObject *message)
+{
+    int failed;
+    PyObject *kind = message_get(message, str_type, &failed);
+    if (failed) {
+        return -1;
+    }
+    int start = kind != NULL && PyUnicode_Check(kind) && PyUnicode_Compare(kind, str_start) == 0;
+    Py_XDECREF(kind);
+    if (!start) {
+        return 0;
+    }
+    PyObject *status = message_get(message, str_status, &failed);
+    if (failed || (status == NULL && (status = PyLong_FromLong(0)) == NULL)) {
+        return -1;
+    }
+    int set = PySequence_SetItem(self->state, 1, status);
+    Py_DECREF(status);
+    return set;
+}
+
+static PyObject *StatusSend_call(StatusSend *self, PyObject *const *args, size_t nargsf,
+                                 PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) == 1 && kwnames == NULL && note_status(self, args[0]) < 0) {
+        return NULL;
+    }
+    return PyObject_Vectorcall(self->send, args, nargsf, kwnames);
+}
+
+static PyObject *StatusSend_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *send, *state;
+    if (!PyArg_UnpackTuple(args, "StatusSend", 2, 2, &send, &state) ||
+        (kwargs != NULL && !_PyArg_NoKeywords("StatusSend", kwargs))) {
+        return NULL;
+    }
+    if (str_type == NULL && ((str_type = PyUnicode_InternFromString("type")) == NULL ||
+                             (str_status = PyUnicode_InternFromString("status")) == NULL ||
+                             (str_start = PyUnicode_InternFromString("http.response.start")) ==
+                                 NULL)) {
+        return NULL;
+    }
+    StatusSend *self = (StatusSend *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->send = Py_NewRef(send);
+    self->state = Py_NewRef(state);
+    self->vectorcall = (vectorcallfunc)StatusSend_call;
+    return (PyObject *)self;
+}
+
+static int StatusSend_traverse(StatusSend *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->send);
+    Py_VISIT(self->state);
+    return 0;
+}
+
+static int StatusSend_clear(StatusSend *self)
+{
+    Py_CLEAR(self->send);
+    Py_CLEAR(self->state);
+    return 0;
+}
+
+static void StatusSend_dealloc(StatusSend *self)
+{
+    PyObject_GC_UnTrack(self);
+    StatusSend_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject StatusSendType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "sampler._native.StatusSend",
+    .tp_basicsize = sizeof(StatusSend),
+    .tp_dealloc = (destructor)StatusSend_dealloc,
+    .tp_vectorcall_offset = offsetof(StatusSend, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "StatusSend(send, state): the ASGI send a request's app is given; notes the "
+              "response's status in state[1] and passes every message on to send.",
+    .tp_traverse = (traverseproc)StatusSend_traverse,
+    .tp_clear = (inquiry)StatusSend_clear,
+    .tp_new = StatusSend_new,
+};
+
+int asgi_add_types(PyObject *module)
+{
+    if (PyType_Ready(&StatusSendType) < 0) {
+        return -1;
+    }
+    return PyModule_AddObjectRef(module, "StatusSend", (PyObject *)&StatusSendType);
+}

@@ -1,0 +1,152 @@
+"""The ASGI middleware in this process, on both its paths (the native extension's header search
+and status send, and the Python ones it falls back on): what a request's record holds."""
+
+import asyncio
+import time
+
+import pytest
+from mwhelpers import counted
+
+import sampler.middleware
+from sampler._labels import native_route_tags
+from sampler._requests import UNMATCHED, recorder
+from sampler.middleware._asgi import PythonASGIMiddleware
+
+# Counting and naming requests only: nothing here reads a request's time.
+pytestmark = pytest.mark.parallel
+
+ASGI_PATHS = ["python"] + (["c"] if native_route_tags() is not None else [])
+
+
+@pytest.fixture(params=ASGI_PATHS)
+def asgi_middleware(request):
+    return {"c": sampler.middleware.ASGIMiddleware, "python": PythonASGIMiddleware}[request.param]
+
+
+def test_the_extensions_parts_are_used_where_it_is_built():
+    from sampler.middleware._asgi import python_request_start, python_status_send
+
+    native = native_route_tags() is not None
+    middleware = sampler.middleware.ASGIMiddleware
+    assert (middleware.request_start is python_request_start) is not native
+    assert (middleware.status_send is python_status_send) is not native
+
+
+async def plain_app(scope, receive, send):
+    """Not Starlette: requests named by their path. /fail raises, /teapot answers 418."""
+    if scope["path"] == "/fail":
+        raise RuntimeError("planted")
+    await send(
+        {"type": "http.response.start", "status": 418 if scope["path"] == "/teapot" else 200}
+    )
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+def call(app, path, headers=()):
+    scope = {"type": "http", "path": path, "headers": headers, "method": "GET"}
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": b""}
+
+    async def send(message):
+        sent.append(message)
+
+    async def main():
+        try:
+            await app(scope, receive, send)
+        except RuntimeError:
+            sent.append("raised")
+
+    asyncio.run(main())
+    return sent
+
+
+def records(expected):
+    deadline = time.monotonic() + 10
+    while True:
+        recorder.process()
+        document = recorder.document()
+        if counted([document]) >= expected or time.monotonic() > deadline:
+            return document["routes"]
+        time.sleep(0.02)
+
+
+def test_statuses_errors_and_what_the_app_sends_pass_through(asgi_middleware):
+    app = asgi_middleware(plain_app)
+    assert [m["type"] for m in call(app, "/teapot")] == [
+        "http.response.start",
+        "http.response.body",
+    ]
+    assert call(app, "/fail") == ["raised"]
+    routes = records(2)
+    (teapot,) = routes["/teapot"]["slowest"]
+    assert teapot["status"] == 418 and routes["/teapot"]["errors"] == 0
+    (failed,) = routes["/fail"]["slowest"]
+    assert failed["status"] == 0 and routes["/fail"]["errors"] == 1
+
+
+@pytest.mark.parametrize(
+    "headers, queued",
+    [
+        pytest.param([(b"host", b"x"), (b"x-request-start", b"t=%.3f")], True, id="tuples"),
+        pytest.param([[b"x-queue-start", b"t=%.3f"]], True, id="lists"),
+        pytest.param([(b"X-Request-Start", b"t=%.3f")], False, id="not lower case"),
+        pytest.param([(b"x-request-start",)], False, id="a pair of one"),
+        pytest.param([(b"x-request-start", "t=%.3f")], False, id="a value not bytes"),
+        pytest.param((), False, id="none"),
+    ],
+)
+def test_the_request_start_header_of_any_shape_gives_the_queueing(asgi_middleware, headers, queued):
+    start = time.time() - 0.25
+
+    def fill(value):
+        planted = value if isinstance(value, bytes) else value.encode()
+        return value % start if b"%" in planted else value
+
+    filled = [type(pair)(fill(value) for value in pair) for pair in headers]
+    call(asgi_middleware(plain_app), "/a", filled)
+    (route,) = records(1).values()
+    assert route["queue"]["count"] == (1 if queued else 0)
+    if queued:
+        assert 0.24 <= route["queue"]["sum"] <= 1.0
+
+
+def test_a_request_outside_http_is_passed_on_uncounted(asgi_middleware):
+    seen = []
+
+    async def app(scope, receive, send):
+        seen.append(scope["type"])
+
+    async def main():
+        await asgi_middleware(app)({"type": "lifespan"}, None, None)
+
+    asyncio.run(main())
+    assert seen == ["lifespan"]
+    recorder.process()
+    assert recorder.document()["routes"] == {}
+
+
+def test_starlette_routes_are_named_on_both_paths(asgi_middleware):
+    import httpx
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    async def user(request):
+        return PlainTextResponse(sampler.current_labels()["route"], status_code=201)
+
+    app = Starlette(routes=[Route("/users/{user_id}", user)])
+    app.add_middleware(asgi_middleware)
+
+    async def main():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            return await client.get("/users/1"), await client.get("/nowhere")
+
+    found, missing = asyncio.run(main())
+    assert found.status_code == 201 and found.text == "/users/{user_id}"
+    assert missing.status_code == 404
+    routes = records(2)
+    assert routes["/users/{user_id}"]["slowest"][0]["status"] == 201
+    assert routes[UNMATCHED]["slowest"][0]["status"] == 404
