@@ -18,8 +18,9 @@ static int is_start_header(PyObject *name)
 }
 
 /* asgi_request_start(headers): the value of the first X-Request-Start or X-Queue-Start header
- * of an ASGI scope's headers (pairs of lower-case bytes), decoded as Latin-1; None if there is
- * none. A pair of another shape, or a value not bytes, is passed over. */
+ * of an ASGI scope's headers (tuples or lists of two bytes, the name in lower case), decoded as
+ * Latin-1; None if there is none. A pair of another shape, a name or value not bytes, is passed
+ * over (as by the Python path, python_request_start). */
 PyObject *native_asgi_request_start(PyObject *module, PyObject *headers)
 {
     (void)module;
@@ -33,9 +34,9 @@ PyObject *native_asgi_request_start(PyObject *module, PyObject *headers)
     for (Py_ssize_t i = 0; i < count && found == NULL; i++) {
         PyObject *pair = items[i];
         PyObject *name, *value;
-        if (PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2) {
+        if (PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2) {
             name = PyTuple_GET_ITEM(pair, 0), value = PyTuple_GET_ITEM(pair, 1);
-        } else if (PyList_CheckExact(pair) && PyList_GET_SIZE(pair) == 2) {
+        } else if (PyList_Check(pair) && PyList_GET_SIZE(pair) == 2) {
             name = PyList_GET_ITEM(pair, 0), value = PyList_GET_ITEM(pair, 1);
         } else {
             continue;
@@ -62,19 +63,19 @@ typedef struct {
     vectorcallfunc vectorcall;
 } StatusSend;
 
-static PyObject *str_type, *str_status, *str_start;
+static PyObject *str_type, *str_status, *str_start, *str_get, *absent;
 
-/* message.get(key): a new reference, NULL with *found 0 when absent, NULL with an exception
- * set on error. */
+/* message.get(key): a new reference; NULL with *failed 0 when absent, NULL with *failed 1 and
+ * an exception set on error. A mapping other than a dict is asked with a default of its own,
+ * so a key present with None is present, as for the Python path. */
 static PyObject *message_get(PyObject *message, PyObject *key, int *failed)
 {
-    *failed = 0;
     PyObject *value;
     if (PyDict_CheckExact(message)) {
         value = Py_XNewRef(PyDict_GetItemWithError(message, key));
     } else {
-        value = PyObject_CallMethod(message, "get", "O", key); /* a mapping of another kind */
-        if (value == Py_None) {
+        value = PyObject_CallMethodObjArgs(message, str_get, key, absent, NULL);
+        if (value == absent) {
             Py_CLEAR(value);
         }
     }
@@ -105,10 +106,16 @@ static int note_status(StatusSend *self, PyObject *message)
     return set;
 }
 
+/* The message is the one argument, by position or by name (send(message=...)). */
 static PyObject *StatusSend_call(StatusSend *self, PyObject *const *args, size_t nargsf,
                                  PyObject *kwnames)
 {
-    if (PyVectorcall_NARGS(nargsf) == 1 && kwnames == NULL && note_status(self, args[0]) < 0) {
+    if (self->send == NULL || self->state == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "StatusSend: cleared");
+        return NULL;
+    }
+    Py_ssize_t given = PyVectorcall_NARGS(nargsf) + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    if (given == 1 && note_status(self, args[0]) < 0) {
         return NULL;
     }
     return PyObject_Vectorcall(self->send, args, nargsf, kwnames);
@@ -119,12 +126,6 @@ static PyObject *StatusSend_new(PyTypeObject *type, PyObject *args, PyObject *kw
     PyObject *send, *state;
     if (!PyArg_UnpackTuple(args, "StatusSend", 2, 2, &send, &state) ||
         (kwargs != NULL && !_PyArg_NoKeywords("StatusSend", kwargs))) {
-        return NULL;
-    }
-    if (str_type == NULL && ((str_type = PyUnicode_InternFromString("type")) == NULL ||
-                             (str_status = PyUnicode_InternFromString("status")) == NULL ||
-                             (str_start = PyUnicode_InternFromString("http.response.start")) ==
-                                 NULL)) {
         return NULL;
     }
     StatusSend *self = (StatusSend *)type->tp_alloc(type, 0);
@@ -172,9 +173,38 @@ static PyTypeObject StatusSendType = {
     .tp_new = StatusSend_new,
 };
 
+/* asgi_mark(marks): sets each name of the dict ``marks`` on StatusSend (the markers asyncio
+ * and inspect look for on a callable whose call returns an awaitable: the middleware sets
+ * them, so that importing the extension need not import asyncio). */
+PyObject *native_asgi_mark(PyObject *module, PyObject *marks)
+{
+    (void)module;
+    if (!PyDict_Check(marks)) {
+        PyErr_SetString(PyExc_TypeError, "asgi_mark() takes a dict");
+        return NULL;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *name, *value;
+    while (PyDict_Next(marks, &pos, &name, &value)) {
+        if (!PyUnicode_Check(name) || PyDict_SetItem(StatusSendType.tp_dict, name, value) < 0) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_TypeError, "asgi_mark(): names are strings");
+            }
+            return NULL;
+        }
+    }
+    PyType_Modified(&StatusSendType);
+    Py_RETURN_NONE;
+}
+
 int asgi_add_types(PyObject *module)
 {
-    if (PyType_Ready(&StatusSendType) < 0) {
+    if ((str_type = PyUnicode_InternFromString("type")) == NULL ||
+        (str_status = PyUnicode_InternFromString("status")) == NULL ||
+        (str_start = PyUnicode_InternFromString("http.response.start")) == NULL ||
+        (str_get = PyUnicode_InternFromString("get")) == NULL ||
+        (absent = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type)) == NULL ||
+        PyType_Ready(&StatusSendType) < 0) {
         return -1;
     }
     return PyModule_AddObjectRef(module, "StatusSend", (PyObject *)&StatusSendType);

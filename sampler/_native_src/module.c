@@ -808,6 +808,9 @@ static PyMethodDef methods[] = {
     {"asgi_request_start", native_asgi_request_start, METH_O,
      "asgi_request_start(headers): the value of an ASGI scope's first X-Request-Start or "
      "X-Queue-Start header, decoded as Latin-1, or None."},
+    {"asgi_mark", native_asgi_mark, METH_O,
+     "asgi_mark(marks): sets each name of the dict marks on StatusSend (asyncio's and "
+     "inspect's markers of a callable that returns an awaitable)."},
     {"labels_bind", native_labels_bind, METH_VARARGS,
      "labels_bind(labels_var, frame_tags, route_sets, route_set_new): sampler._labels' "
      "state, for RouteTag and WSGIWrapper."},

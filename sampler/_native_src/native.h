@@ -172,8 +172,11 @@ int middleware_add_types(PyObject *module);
 /* -- the request recorder's counting (counting.c) ---------------------------------------------- */
 
 PyObject *native_count_requests(PyObject *module, PyObject *args);
-/* The ASGI middleware's parts (asgi.c). */
+
+/* -- the ASGI middleware's parts (asgi.c) ------------------------------------------------- */
+
 PyObject *native_asgi_request_start(PyObject *module, PyObject *headers);
+PyObject *native_asgi_mark(PyObject *module, PyObject *marks);
 int asgi_add_types(PyObject *module);
 
 /* -- threads: timers and the wall thread (threads.c) ------------------------------------- */

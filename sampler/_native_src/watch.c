@@ -122,28 +122,39 @@ static int read_watched(PyObject *watcher, watched *w)
     return 0;
 }
 
-/* 1 when a timed call has run its limit less a period (the watcher reads its stack from then
- * on), 0 when none has, -1 with an exception set. */
+/* 1 when the call, (kind, monotonic start), has run its limit less a period (the watcher reads
+ * its stack from then on), 0 when not, -1 with an exception set. */
+static int call_is_near(const watched *w, PyObject *call, double now)
+{
+    if (!PyTuple_Check(call) || PyTuple_GET_SIZE(call) != 2) {
+        return 1; /* not ours to judge: Python's loop reads it */
+    }
+    double started = PyFloat_AsDouble(PyTuple_GET_ITEM(call, 1));
+    if (started == -1.0 && PyErr_Occurred()) {
+        return -1;
+    }
+    PyObject *kind = PyTuple_GET_ITEM(call, 0);
+    int is_request = kind == request_kind ? 1 : PyObject_RichCompareBool(kind, request_kind, Py_EQ);
+    if (is_request < 0) {
+        return -1;
+    }
+    return now - started > (is_request ? w->request_threshold : w->threshold) - w->period;
+}
+
+/* 1 when a timed call of the watcher's has run its limit less a period, 0 when none has, -1
+ * with an exception set. */
 static int call_near_limit(const watched *w, double now)
 {
     Py_ssize_t pos = 0;
     PyObject *ident, *call;
     while (PyDict_Next(w->running, &pos, &ident, &call)) {
-        if (!PyTuple_Check(call) || PyTuple_GET_SIZE(call) != 2) {
-            return 1; /* not ours to judge: Python's loop reads it */
-        }
-        double started = PyFloat_AsDouble(PyTuple_GET_ITEM(call, 1));
-        if (started == -1.0 && PyErr_Occurred()) {
-            return -1;
-        }
-        PyObject *kind = PyTuple_GET_ITEM(call, 0);
-        int is_request =
-            kind == request_kind ? 1 : PyObject_RichCompareBool(kind, request_kind, Py_EQ);
-        if (is_request < 0) {
-            return -1;
-        }
-        if (now - started > (is_request ? w->request_threshold : w->threshold) - w->period) {
-            return 1;
+        /* Owned while read: a comparison that ran Python code could let another thread
+         * replace the entry. */
+        Py_INCREF(call);
+        int near = call_is_near(w, call, now);
+        Py_DECREF(call);
+        if (near != 0) {
+            return near;
         }
     }
     return 0;
@@ -181,8 +192,9 @@ static int has_work(const watched *w, double waited, double now, PyObject *modul
     if (count != 0) {
         return count < 0 ? -1 : 1;
     }
-    if (PyDict_GET_SIZE(modules) != w->modules_seen) {
-        return 1;
+    Py_ssize_t loaded = PyObject_Length(modules);
+    if (loaded != w->modules_seen) {
+        return loaded < 0 ? -1 : 1;
     }
     return call_near_limit(w, now);
 }
@@ -198,8 +210,8 @@ static int has_work(const watched *w, double waited, double now, PyObject *modul
 PyObject *native_watch_wait(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 3 || !PyDict_Check(args[1]) || !PyDict_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "watch_wait(watcher, active: dict, modules: dict)");
+    if (nargs != 3 || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "watch_wait(watcher, active: dict, modules)");
         return NULL;
     }
     if (intern_names() < 0) {

@@ -31,25 +31,52 @@ MAX_DEPTH = 32
 
 
 def python_request_start(headers: Any) -> str | None:
-    """The value of the first request-start header of a scope's headers, or None (a pair of
-    another shape, or a value not bytes, is passed over, as in C)."""
+    """The value of the first request-start header of a scope's headers, or None: pairs are
+    tuples or lists of two bytes, as servers give them; any other is passed over, as in C."""
     for pair in headers:
-        if len(pair) == 2 and pair[0] in _HEADERS and isinstance(pair[1], bytes):
-            return pair[1].decode("latin-1")
+        if isinstance(pair, (tuple, list)) and len(pair) == 2:
+            name, value = pair
+            if isinstance(name, bytes) and name in _HEADERS and isinstance(value, bytes):
+                return value.decode("latin-1")
     return None
 
 
-def python_status_send(send: Send, state: list[Any]) -> Send:
-    """The send a request's app is given: notes the response's status in ``state[1]``."""
+def _coroutine_marks() -> dict[str, object]:
+    """What asyncio (``_is_coroutine``, 3.11) and inspect (3.12 on) look for on a callable
+    whose call returns an awaitable: the send we give an app must pass for a coroutine
+    function (asgiref's ``AsyncToSync(send)`` warns otherwise) without being one (a coroutine
+    of ours a message cost more than the rest of the wrapper)."""
+    import asyncio.coroutines
+    import inspect
 
-    # A plain function returning send's awaitable: a coroutine of ours for each message
-    # cost more than the rest of the wrapper.
-    def send_status(message: Any) -> Awaitable[None]:
+    marks = {"_is_coroutine": getattr(asyncio.coroutines, "_is_coroutine", None)}
+    marks["_is_coroutine_marker"] = getattr(inspect, "_is_coroutine_mark", None)
+    return {name: mark for name, mark in marks.items() if mark is not None}
+
+
+class PythonStatusSend:
+    """The send a request's app is given: notes the response's status in ``state[1]`` and
+    returns the server's send's awaitable."""
+
+    __slots__ = ("send", "state")
+
+    def __init__(self, send: Send, state: list[Any]) -> None:
+        self.send = send
+        self.state = state
+
+    def __call__(self, message: Any) -> Awaitable[None]:
         if message.get("type") == "http.response.start":
-            state[1] = message.get("status", 0)
-        return send(message)
+            self.state[1] = message.get("status", 0)
+        return self.send(message)
 
-    return send_status
+
+_MARKS = _coroutine_marks()
+for _name, _mark in _MARKS.items():
+    setattr(PythonStatusSend, _name, _mark)
+if getattr(_NATIVE, "StatusSend", None) is not None:
+    _NATIVE.asgi_mark(_MARKS)
+else:
+    _NATIVE = None  # an extension built before these parts: the Python ones
 
 
 class ASGIMiddleware:
@@ -64,7 +91,7 @@ class ASGIMiddleware:
     request_start = staticmethod(
         _NATIVE.asgi_request_start if _NATIVE is not None else python_request_start
     )
-    status_send = _NATIVE.StatusSend if _NATIVE is not None else staticmethod(python_status_send)
+    status_send = _NATIVE.StatusSend if _NATIVE is not None else PythonStatusSend
 
     def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
         self.app = app
@@ -160,4 +187,4 @@ class PythonASGIMiddleware(ASGIMiddleware):
     extension runs; the tests run both)."""
 
     request_start = staticmethod(python_request_start)
-    status_send = staticmethod(python_status_send)
+    status_send = PythonStatusSend

@@ -24,12 +24,48 @@ def asgi_middleware(request):
 
 
 def test_the_extensions_parts_are_used_where_it_is_built():
-    from sampler.middleware._asgi import python_request_start, python_status_send
+    from sampler.middleware._asgi import PythonStatusSend, python_request_start
 
     native = native_route_tags() is not None
     middleware = sampler.middleware.ASGIMiddleware
     assert (middleware.request_start is python_request_start) is not native
-    assert (middleware.status_send is python_status_send) is not native
+    assert (middleware.status_send is PythonStatusSend) is not native
+
+
+def test_the_send_an_app_is_given_passes_for_a_coroutine_function(asgi_middleware):
+    # asgiref's AsyncToSync(send) (Django's and Channels' sync code, WsgiToAsgi) warns, or
+    # under -W error fails the request, when the send is not marked as one.
+    import asyncio
+    import warnings
+
+    from asgiref.sync import AsyncToSync
+
+    async def send(message):
+        return None
+
+    status_send = asgi_middleware.status_send(send, [None, 0])
+    assert asyncio.iscoroutinefunction(status_send)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        AsyncToSync(status_send)
+
+
+def test_a_send_by_keyword_or_of_another_mapping_notes_the_status(asgi_middleware):
+    import asyncio
+    import collections
+
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    state = [None, 0]
+    status_send = asgi_middleware.status_send(send, state)
+    asyncio.run(status_send(message={"type": "http.response.start", "status": 204}))
+    assert state[1] == 204
+    chained = collections.ChainMap({"type": "http.response.start", "status": None})
+    asyncio.run(status_send(chained))
+    assert state[1] is None and len(sent) == 2
 
 
 async def plain_app(scope, receive, send):
