@@ -150,8 +150,9 @@ def test_the_ad_server_queueing_behind_a_request_that_holds_the_worker(kind, rou
     assert len(part["slowest"]) == 5
     assert all(r["duration"] >= 0.0148 for r in part["slowest"]), part["slowest"]
     assert at_least(latency, 0.0148) >= holds
-    # In-request timers see a fast route: its p99 is well under the hold...
-    assert latency.quantile(0.99) < 0.008, latency.quantile(0.99)
+    # In-request timers see a fast route: its p99 is not the hold (a fast request is ~0.5 ms;
+    # on a loaded machine the 1% slowest stretch to 8-11 ms, still short of the 15 ms)...
+    assert latency.quantile(0.99) < 0.012, latency.quantile(0.99)
     # ...while at least the request right behind each hold waited most of it.
     assert at_least(queue, 0.008) >= holds
     # And the load generator, which waited too, agrees that requests were slowed.
