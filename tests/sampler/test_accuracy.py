@@ -32,8 +32,12 @@ def test_cpu_mode_finds_the_cpu_split(tmp_path, where, engine):
     expected = json.loads(truth.read_text())["hot_a"]
     assert 60 < expected < 80
     assert share(counts, "hot_a", ("hot_a", "hot_b")) == pytest.approx(expected, abs=TOLERANCE)
-    # An idle thread uses no CPU, so it must not appear in a CPU profile.
-    assert not any(":idle" in stack for stack in counts)
+    # An idle thread uses no CPU while it waits, so it must not take the work's samples: 8 s
+    # of waiting are 800 intervals. It runs a moment when it wakes at the end, and a timer's
+    # first expiry falls anywhere in its first interval (a thread living less than one is
+    # sampled with the right probability), so one sample there, a fraction of a percent of
+    # runs, is the truth, not a bias.
+    assert sum(c for stack, c in counts.items() if ":idle" in stack) <= 1
     # 8 s of CPU at 100 Hz is 800 samples; with the python engine, the thread case loses the
     # ~1 s before the auto driver notices the main thread is not running handlers, and counts
     # it as dropped. The native engine's timers are on each thread's own clock.
