@@ -15,7 +15,7 @@ from collections.abc import Callable
 from types import FrameType
 
 from ._log import log
-from ._osthread import name_os_thread
+from ._osthread import block_host_signals, own_thread
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ class ThreadDriver:
 
     def _run(self) -> None:
         self._on_thread(threading.get_ident())
-        name_os_thread()
+        own_thread()
         while not self._stop.wait(_jittered(self.interval)):
             self._tick(None)
 
@@ -217,6 +217,7 @@ class AutoDriver:
             self._thread_driver.arm(interval)
 
     def _watch(self) -> None:
+        block_host_signals()
         self._on_thread(threading.get_ident())
         strikes = 0
         clock = time.process_time if self._mode == "cpu" else time.monotonic

@@ -18,7 +18,7 @@ from types import CodeType, FrameType
 
 from . import _labels
 from ._log import log
-from ._osthread import name_os_thread
+from ._osthread import own_thread
 from ._waits import REASONS, WAITING
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
@@ -232,7 +232,7 @@ class NativeEngine:
     def _run(self) -> None:
         sampler = self._sampler
         sampler._excluded.add(threading.get_ident())
-        name_os_thread()
+        own_thread()
         self._ready.set()
         next_sync = time.monotonic() + SYNC_SECONDS
         while not self._stopping.acquire(timeout=self.drain_seconds):

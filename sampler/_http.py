@@ -38,7 +38,7 @@ from ._http_workers import (
     Workers,
     request_environ,
 )
-from ._osthread import name_os_thread
+from ._osthread import own_thread
 
 log = logging.getLogger("sampler")
 
@@ -369,7 +369,7 @@ class Server:
     def _thread_started(self) -> None:
         if self._on_thread_start is not None:
             self._on_thread_start(threading.get_ident())
-        name_os_thread()
+        own_thread()
 
     def _thread_exited(self) -> None:
         if self._on_thread_exit is not None:

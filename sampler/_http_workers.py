@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_to_bytes
 
 from ._http_messages import encode_answer, encode_error, keeps_alive, parse_head
+from ._osthread import block_host_signals
 
 if TYPE_CHECKING:
     from ._http_connection import Connection
@@ -181,6 +182,7 @@ class Workers:
             self._jobs.put(None)
 
     def _work(self) -> None:
+        block_host_signals()
         self._thread_started()
         try:
             while (job := self._jobs.get()) is not None:

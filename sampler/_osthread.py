@@ -1,12 +1,46 @@
-"""The sampler's threads named for the operating system, so `top -H` and `ps -L` tell them apart.
+"""The sampler's own threads set up: named for the operating system, so `top -H` and `ps -L`
+tell them apart, and deaf to the signals the host's threads are there to take.
 
 CPython 3.11 leaves every thread named as its process; Linux lets a process rename its own
 threads through /proc (15 bytes). ``fleetflame-stalls`` shows as ``ff-stalls``.
+
+A signal sent to the process goes to any one of its threads that does not block it. A host
+whose handler must interrupt its own thread's wait missed it when it landed on ours: a uWSGI
+worker stayed in ``epoll_wait`` after SIGTERM until it was killed 30 s later. Our threads block
+every signal but the synchronous ones (a fault is its own thread's) and SIGPROF (the sampling
+timer's, which the python engine's driver may take on any thread).
 """
 
 from __future__ import annotations
 
+import signal
 import threading
+
+_KEPT = {
+    signal.SIGSEGV,
+    signal.SIGBUS,
+    signal.SIGFPE,
+    signal.SIGILL,
+    signal.SIGTRAP,
+    signal.SIGABRT,
+    signal.SIGSYS,
+    signal.SIGPROF,
+}
+
+
+def own_thread() -> None:
+    """Sets up the calling thread as one of the sampler's: named, host signals blocked."""
+    name_os_thread()
+    block_host_signals()
+
+
+def block_host_signals() -> None:
+    """Blocks in the calling thread every signal but the synchronous ones and SIGPROF, so the
+    process's signals go to the host's threads; never fails."""
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - _KEPT)
+    except (AttributeError, OSError, ValueError):
+        pass  # not POSIX: nothing to do
 
 
 def name_os_thread() -> None:

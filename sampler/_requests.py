@@ -23,7 +23,7 @@ from collections import deque
 
 from . import _labels
 from ._log import log
-from ._osthread import name_os_thread
+from ._osthread import own_thread
 from ._request_routes import TOP, WINDOW, Route, SlowRequest, queue_delay, status_code
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
@@ -139,7 +139,7 @@ class Recorder:
     def _run(self) -> None:
         from ._process import running
 
-        name_os_thread()
+        own_thread()
         idle_since = time.monotonic()
         excluded_from = None
         while True:

@@ -28,7 +28,7 @@ import time
 from collections import deque
 
 from ._log import log
-from ._osthread import name_os_thread
+from ._osthread import own_thread
 from ._stall_kinds import TIMED, gil_what
 from .profile import escape_frame
 
@@ -186,7 +186,7 @@ class StallWatcher:
 
     def _run(self) -> None:
         self._sampler._excluded.add(threading.get_ident())
-        name_os_thread()
+        own_thread()
         while not self._stopping.is_set():
             try:
                 threads, waited, *holder, now = self._wait()
