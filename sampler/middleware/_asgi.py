@@ -70,13 +70,23 @@ class PythonStatusSend:
         return self.send(message)
 
 
-_MARKS = _coroutine_marks()
-for _name, _mark in _MARKS.items():
-    setattr(PythonStatusSend, _name, _mark)
-if getattr(_NATIVE, "StatusSend", None) is not None:
-    _NATIVE.asgi_mark(_MARKS)
-else:
+if getattr(_NATIVE, "StatusSend", None) is None:
     _NATIVE = None  # an extension built before these parts: the Python ones
+_marked = False
+
+
+def _mark_sends() -> None:
+    """Marks both sends as coroutine functions, once: at the first ASGI middleware, so that
+    importing ``sampler.middleware`` for a WSGI app does not import asyncio."""
+    global _marked
+    if _marked:
+        return
+    marks = _coroutine_marks()
+    for name, mark in marks.items():
+        setattr(PythonStatusSend, name, mark)
+    if _NATIVE is not None:
+        _NATIVE.asgi_mark(marks)
+    _marked = True
 
 
 class ASGIMiddleware:
@@ -94,6 +104,7 @@ class ASGIMiddleware:
     status_send = _NATIVE.StatusSend if _NATIVE is not None else PythonStatusSend
 
     def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
+        _mark_sends()
         self.app = app
         self._routed: bool | None = None  # None: not looked for routes yet
 

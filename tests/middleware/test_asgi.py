@@ -23,6 +23,15 @@ def asgi_middleware(request):
     return {"c": sampler.middleware.ASGIMiddleware, "python": PythonASGIMiddleware}[request.param]
 
 
+def test_importing_the_middleware_for_a_wsgi_app_imports_no_asyncio():
+    import subprocess
+    import sys
+
+    code = "import sys, sampler.middleware; print('asyncio' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
 def test_the_extensions_parts_are_used_where_it_is_built():
     from sampler.middleware._asgi import PythonStatusSend, python_request_start
 
@@ -43,7 +52,8 @@ def test_the_send_an_app_is_given_passes_for_a_coroutine_function(asgi_middlewar
     async def send(message):
         return None
 
-    status_send = asgi_middleware.status_send(send, [None, 0])
+    middleware = asgi_middleware(plain_app)  # the first marks the sends
+    status_send = middleware.status_send(send, [None, 0])
     assert asyncio.iscoroutinefunction(status_send)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
