@@ -35,16 +35,37 @@ static int cpu_ns(pid_t tid, uint64_t *ns)
     return 0;
 }
 
-void gil_watch_begin(gil_watch *watch)
+/* The idents in ``own`` (any iterable of ints), as many as fit; a wrong item is skipped. */
+static void read_own(gil_watch *watch, PyObject *own)
+{
+    PyObject *items = own == NULL ? NULL : PyObject_GetIter(own);
+    PyObject *item;
+    while (items != NULL && watch->own_count < GIL_WATCH_OWN && (item = PyIter_Next(items))) {
+        unsigned long ident = PyLong_AsUnsignedLong(item);
+        Py_DECREF(item);
+        if (ident == (unsigned long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            continue;
+        }
+        watch->own[watch->own_count++] = ident;
+    }
+    Py_XDECREF(items);
+    PyErr_Clear(); /* the watcher never fails for it: its own threads are only not told apart */
+}
+
+void gil_watch_begin(gil_watch *watch, PyObject *own)
 {
     memset(watch, 0, sizeof(*watch));
     watch->self = PyThreadState_Get();
     watch->threads = known_threads(&watch->count, 1); /* out of memory: none is named */
+    read_own(watch, own);
 }
 
 void gil_watch_woke(gil_watch *watch)
 {
     struct _gil_runtime_state *state = gil();
+    watch->holder = NULL;
+    watch->cpu_known = 0;
     if (!_Py_atomic_load_relaxed(&state->locked)) {
         return;
     }
@@ -57,6 +78,54 @@ void gil_watch_woke(gil_watch *watch)
             watch->cpu_known = cpu_ns(watch->holder->tid, &watch->cpu_before) == 0;
             return;
         }
+    }
+}
+
+static int held_by_own(const gil_watch *watch)
+{
+    for (int i = 0; watch->holder != NULL && i < watch->own_count; i++) {
+        if (watch->own[i] == watch->holder->ident) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* How often the GIL is read while the sampler's own thread holds it, and how long at most:
+ * two switch intervals, when a thread waiting for the GIL makes the holder drop it. */
+#define PASS_POLL_NS 200000L
+#define PASS_MIN_NS 1000000ull
+#define PASS_MAX_NS 20000000ull
+
+void gil_watch_pass_own(gil_watch *watch)
+{
+    if (!held_by_own(watch)) {
+        return;
+    }
+    /* The drain thread holding the GIL for a moment as the watcher wakes, and a host thread
+     * taking it from the drain and keeping it: asked for the GIL at once, the watcher names
+     * the drain (it held it as the watcher asked). So the watcher lets the drain finish: it
+     * reads the holder again until another thread has the GIL, or no one wants it. */
+    uint64_t wait = 2000ull * gil()->interval; /* microseconds */
+    wait = wait < PASS_MIN_NS ? PASS_MIN_NS : wait > PASS_MAX_NS ? PASS_MAX_NS : wait;
+    uint64_t until = monotonic_ns() + wait;
+    int free_reads = 0;
+    while (monotonic_ns() < until) {
+        struct timespec pause = {0, PASS_POLL_NS};
+        nanosleep(&pause, NULL);
+        gil_watch_woke(watch);
+        if (watch->holder == NULL) {
+            /* Free (another thread may be about to take it: read it twice more), or held by
+             * a thread not listed before the sleep, which cannot be named anyway. */
+            if (!_Py_atomic_load_relaxed(&gil()->locked) && ++free_reads < 3) {
+                continue;
+            }
+            return;
+        }
+        if (!held_by_own(watch)) {
+            return;
+        }
+        free_reads = 0;
     }
 }
 

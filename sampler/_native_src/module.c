@@ -257,12 +257,15 @@ static PyObject *native_tracer_pid(PyObject *module, PyObject *unused)
  * the thread that held it as this one asked for it back: its ident (None if none did, or it
  * cannot be told: started during the sleep, or its state reused), its seconds on a CPU over
  * the wait if that lasted ``threshold`` seconds or more (None where its clock could not be
- * read: it has ended), and how many times the GIL passed to yet another thread meanwhile. */
+ * read: it has ended), and how many times the GIL passed to yet another thread meanwhile.
+ * ``own``: idents of the sampler's threads, which are let pass the GIL on before it is asked
+ * for (see gil_watch_pass_own). */
 static PyObject *native_gil_wait(PyObject *module, PyObject *args)
 {
     (void)module;
     double seconds, threshold;
-    if (!PyArg_ParseTuple(args, "dd", &seconds, &threshold)) {
+    PyObject *own = Py_None;
+    if (!PyArg_ParseTuple(args, "dd|O", &seconds, &threshold, &own)) {
         return NULL;
     }
     if (!(seconds >= 0 && seconds <= 10) || !(threshold >= 0)) {
@@ -270,7 +273,12 @@ static PyObject *native_gil_wait(PyObject *module, PyObject *args)
         return NULL;
     }
     gil_watch watch;
-    PyObject *result = gil_wait_result(gil_wait_once(seconds, threshold, &watch), &watch);
+    if (own != Py_None && !PyAnySet_Check(own)) {
+        PyErr_SetString(PyExc_TypeError, "gil_wait(): own must be a set of thread idents");
+        return NULL;
+    }
+    double waited = gil_wait_once(seconds, threshold, &watch, own == Py_None ? NULL : own);
+    PyObject *result = gil_wait_result(waited, &watch);
     gil_watch_release(&watch);
     return result;
 }
@@ -784,9 +792,10 @@ static PyMethodDef methods[] = {
     {"wait_reason", native_wait_reason, METH_O,
      "wait_reason(tid): what thread tid is blocked in, an index of sampler._waits.REASONS."},
     {"gil_wait", native_gil_wait, METH_VARARGS,
-     "gil_wait(seconds, threshold): sleeps without the GIL; returns how long taking it back "
-     "took, the ident of the thread that held it, past threshold its seconds on a CPU "
-     "meanwhile, and how many times the GIL passed to another thread."},
+     "gil_wait(seconds, threshold, own=None): sleeps without the GIL; returns how long taking "
+     "it back took, the ident of the thread that held it, past threshold its seconds on a CPU "
+     "meanwhile, and how many times the GIL passed to another thread. A thread of the set own "
+     "(the sampler's) is let pass the GIL on before it is asked for."},
     {"watch_wait", (PyCFunction)(void (*)(void))native_watch_wait, METH_FASTCALL,
      "watch_wait(watcher, active, modules): gil_wait again and again until the stall watcher "
      "has work, or a second has passed; returns (threads, waited, holder, on_cpu, handoffs, "

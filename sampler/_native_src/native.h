@@ -221,28 +221,35 @@ unsigned long wall_ident(void);
 
 /* -- the stall watcher's wait for the GIL (gil.c) -------------------------------------- */
 
+#define GIL_WATCH_OWN 16
 typedef struct {
     void *self; /* the watcher's own state */
     known_thread *threads;
     Py_ssize_t count;
     known_thread *holder; /* holding the GIL as the watcher asked for it back, or NULL */
+    unsigned long own[GIL_WATCH_OWN]; /* the sampler's own threads' idents: not named holders */
+    int own_count;                    /* while another thread waits to take the GIL from them */
     unsigned long switches;
     long handoffs; /* times the GIL passed to another thread before the watcher had it */
     int cpu_known;
     uint64_t cpu_before, cpu_ns; /* the holder's CPU clock then, and its time on a CPU since */
 } gil_watch;
 
-/* Lists every live thread (holding the GIL, before it lets it go). */
-void gil_watch_begin(gil_watch *watch);
+/* Lists every live thread and the idents in ``own`` (a set of the sampler's threads, or
+ * NULL), holding the GIL, before it lets it go. */
+void gil_watch_begin(gil_watch *watch, PyObject *own);
 /* Reads who holds the GIL and its CPU clock (without the GIL, as the caller asks for it). */
 void gil_watch_woke(gil_watch *watch);
+/* If one of the sampler's own threads holds the GIL, waits (a switch interval or two at
+ * most, without asking for the GIL) for it to pass it on, and reads the holder again. */
+void gil_watch_pass_own(gil_watch *watch);
 /* Counts the handoffs, confirms the holder and, if ``long_enough``, reads its CPU again
  * (holding the GIL again). */
 void gil_watch_end(gil_watch *watch, int long_enough);
 void gil_watch_release(gil_watch *watch);
 /* Sleeps ``seconds`` without the GIL and takes it back, watching who held it; returns how long
  * taking it back took (watch.c). The caller releases ``watch``. */
-double gil_wait_once(double seconds, double threshold, gil_watch *watch);
+double gil_wait_once(double seconds, double threshold, gil_watch *watch, PyObject *own);
 /* gil_wait's result: (waited, holder's ident or None, its CPU seconds or None, handoffs). */
 PyObject *gil_wait_result(double waited, gil_watch *watch);
 PyObject *native_watch_wait(PyObject *module, PyObject *const *args, Py_ssize_t nargs);

@@ -14,9 +14,9 @@
 
 #define QUIET_NS 1000000000ull /* Python's loop runs at least this often (its housekeeping) */
 
-double gil_wait_once(double seconds, double threshold, gil_watch *watch)
+double gil_wait_once(double seconds, double threshold, gil_watch *watch, PyObject *own)
 {
-    gil_watch_begin(watch);
+    gil_watch_begin(watch, own);
     uint64_t woke;
     Py_BEGIN_ALLOW_THREADS
     struct timespec pause = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
@@ -24,6 +24,7 @@ double gil_wait_once(double seconds, double threshold, gil_watch *watch)
     }
     woke = monotonic_ns();
     gil_watch_woke(watch);
+    gil_watch_pass_own(watch);
     Py_END_ALLOW_THREADS
     uint64_t took = monotonic_ns() - woke;
     gil_watch_end(watch, (double)took >= threshold * 1e9);
@@ -50,6 +51,7 @@ typedef struct {
     PyObject *running; /* thread ident -> (kind, monotonic start) of the call it runs */
     PyObject *pending; /* stalls reported, waiting for the Python loop */
     PyObject *stopping; /* a threading.Event */
+    PyObject *own;      /* its sampler's own threads' idents (_sampler._excluded), or NULL */
 } watched;
 
 enum { PERIOD, THRESHOLD, REQUEST_THRESHOLD, MODULES_SEEN, RUNNING, PENDING, STOPPING, NAMES };
@@ -57,7 +59,7 @@ static const char *const attribute_names[NAMES] = {
     "period", "threshold", "request_threshold", "_modules_seen", "_running", "_pending",
     "_stopping",
 };
-static PyObject *attributes[NAMES], *request_kind, *flag_name;
+static PyObject *attributes[NAMES], *request_kind, *flag_name, *sampler_name, *excluded_name;
 
 static int intern_names(void)
 {
@@ -73,6 +75,13 @@ static int intern_names(void)
     if (flag_name == NULL && (flag_name = PyUnicode_InternFromString("_flag")) == NULL) {
         return -1;
     }
+    if (sampler_name == NULL && (sampler_name = PyUnicode_InternFromString("_sampler")) == NULL) {
+        return -1;
+    }
+    if (excluded_name == NULL &&
+        (excluded_name = PyUnicode_InternFromString("_excluded")) == NULL) {
+        return -1;
+    }
     return 0;
 }
 
@@ -81,6 +90,19 @@ static void release_watched(watched *w)
     Py_CLEAR(w->running);
     Py_CLEAR(w->pending);
     Py_CLEAR(w->stopping);
+    Py_CLEAR(w->own);
+}
+
+/* The watcher's sampler's own threads, or NULL (a watcher without a sampler: no error). */
+static PyObject *read_own(PyObject *watcher)
+{
+    PyObject *sampler = PyObject_GetAttr(watcher, sampler_name);
+    PyObject *own = sampler == NULL ? NULL : PyObject_GetAttr(sampler, excluded_name);
+    Py_XDECREF(sampler);
+    if (own == NULL) {
+        PyErr_Clear();
+    }
+    return own;
 }
 
 static int read_double(PyObject *watcher, int name, double *into)
@@ -109,6 +131,7 @@ static int read_watched(PyObject *watcher, watched *w)
         return -1;
     }
     Py_DECREF(seen);
+    w->own = read_own(watcher);
     if (!PyDict_Check(w->running)) {
         PyErr_SetString(PyExc_TypeError, "watch_wait(): the watcher's _running is not a dict");
         release_watched(w);
@@ -230,7 +253,7 @@ PyObject *native_watch_wait(PyObject *module, PyObject *const *args, Py_ssize_t 
             return NULL;
         }
         gil_watch watch;
-        double waited = gil_wait_once(w.period, w.threshold, &watch);
+        double waited = gil_wait_once(w.period, w.threshold, &watch, w.own);
         uint64_t now_ns = monotonic_ns();
         double now = (double)now_ns / 1e9;
         int work = now_ns >= quiet_until ? 1 : has_work(&w, waited, now, modules);

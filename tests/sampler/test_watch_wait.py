@@ -101,6 +101,65 @@ def test_the_gil_held_returns_it_with_the_holder():
     assert ident == holder.ident and threads[ident].name == "h"
 
 
+def gil_wait(own):
+    from sampler import _native
+
+    return _native.gil_wait(0.03, THRESHOLD, own)
+
+
+def watch_wait(own):
+    watched = Watched()
+    watched.period = 0.03
+    watched._sampler = types.SimpleNamespace(_excluded=own)  # as StallWatcher reads its own
+    _, (_, waited, ident, on_cpu, handoffs, _) = watched.wait()
+    return waited, ident, on_cpu, handoffs
+
+
+@pytest.mark.parametrize("wait", [gil_wait, watch_wait])
+def test_a_hold_taken_over_from_the_samplers_own_thread_is_the_hold_of_the_taker(wait):
+    # The drain holding the GIL for a moment as the watcher wakes, a host thread taking it from
+    # the drain and keeping it: the taker held it, not the drain (asked for the GIL at once,
+    # the watcher named the drain, and the handoff was too few to call it contention).
+    go = threading.Event()
+
+    def drain():  # the sampler's own: holds the GIL across the watcher's wake (at 0.03 s)
+        go.wait()
+        time.sleep(0.01)
+        hold_the_gil(0.024)
+
+    def host():  # asks for the GIL while the drain holds it, then keeps it
+        go.wait()
+        time.sleep(0.015)
+        hold_the_gil(0.2)
+        time.sleep(0.05)  # alive when its hold is read
+
+    own = threading.Thread(target=drain, name="fleetflame-drain")
+    taker = threading.Thread(target=host, name="taker")
+    own.start()
+    taker.start()
+    try:
+        go.set()
+        waited, ident, _, _ = wait({own.ident})
+    finally:
+        own.join()
+        taker.join()
+    assert ident == taker.ident, (waited, ident, own.ident)
+    assert 0.15 <= waited <= 0.3
+
+
+def test_the_samplers_own_thread_holding_the_gil_long_is_still_named():
+    from sampler import _native
+
+    holder = threading.Thread(target=lambda: (time.sleep(0.05), hold_the_gil(0.2)), name="own")
+    holder.start()
+    try:
+        waited, ident, _, _ = _native.gil_wait(0.1, THRESHOLD, {holder.ident})
+    finally:
+        holder.join()
+    assert ident == holder.ident
+    assert 0.1 <= waited <= 0.3
+
+
 def test_a_threshold_changed_while_it_waits_counts_from_the_next_wake():
     watched = Watched()
     watched._running[1] = ("request", time.monotonic())
@@ -115,6 +174,8 @@ def test_a_threshold_changed_while_it_waits_counts_from_the_next_wake():
 def test_wrong_arguments_are_a_clear_error():
     from sampler import _native
 
+    with pytest.raises(TypeError, match="own must be a set"):
+        _native.gil_wait(0.0, THRESHOLD, [1])
     with pytest.raises(TypeError, match="watch_wait"):
         _native.watch_wait(Watched())
     with pytest.raises(TypeError, match="watch_wait"):
