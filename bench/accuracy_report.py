@@ -169,6 +169,8 @@ def result_document(
         "pid": info["instance"]["pid"],
         "seconds": seconds,
         "overhead_percent": info.get("overhead_percent"),
+        "interval": info.get("interval"),
+        "effective_interval": info.get("effective_interval"),
         "fleetflame": tool(comparison.fleetflame),
         "pyspy": tool(comparison.pyspy),
         "worst_self": worst_of("self"),
@@ -183,6 +185,15 @@ def result_document(
         "workload_facts": dict(extra),
         "load": load,
     }
+
+
+def _stretched(result: Mapping[str, Any]) -> str:
+    """Says whether the overhead budget stretched the tick interval (fewer ticks than the CPU
+    clock, by design: docs/sampler.md)."""
+    interval, effective = result.get("interval"), result.get("effective_interval")
+    if not interval or not effective or effective <= interval:
+        return ""
+    return f", its budget stretched the interval to {1000 * effective:.1f} ms as the window ended"
 
 
 def report_lines(workload: Workload, result: Mapping[str, Any]) -> list[str]:
@@ -203,7 +214,7 @@ def report_lines(workload: Workload, result: Mapping[str, Any]) -> list[str]:
         f" ({reference['mode']} mode) {reference['samples']} ({reference['per_second']:.1f}/s);"
         " the process's CPU clock"
         f" {100 * result['process_cpus']:.1f}/s; fleetflame's overhead"
-        f" {result['overhead_percent']}% (its /info)",
+        f" {result['overhead_percent']}% (its /info){_stretched(result)}",
         f"   worst self difference {_worst(result['worst_self'])}, worst total"
         f" {_worst(result['worst_total'])}: {result['verdict']}",
     ]

@@ -33,6 +33,7 @@ BENCHMARKS = {
     "middleware": ("bench_middleware.py", [], ["--quick"]),
     "middleware-instructions": ("bench_middleware_instructions.py", [], ["--requests", "500"]),
     "watcher": ("bench_watcher.py", [], ["--quick"]),
+    "churn": ("bench_churn.py", [], ["--rounds", "1", "--seconds", "6"]),
 }
 
 

@@ -200,7 +200,10 @@ class NativeEngine:
         table, target = self._sampler.table, self._target
         table.generation += 1
         target.generation = table.generation
-        records, added, dropped = self._native.drain(self._resolve, target)
+        records, added, dropped, freeing_ns = self._native.drain(self._resolve, target)
+        # Freeing code objects that died while sampled (kept until read) is the host's work,
+        # deferred to the drain: not the sampler's overhead.
+        self._sampler.budget.exclude(freeing_ns / 1e9)
         table.total += added
         self._sampler.ticks += records
         self._sampler.dropped += dropped

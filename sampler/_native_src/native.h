@@ -86,14 +86,18 @@ void guard_recovered(void);
 
 int freed_watch(void);
 void freed_unwatch(void);
-/* After a drain: frees the code objects that died before the previous one (``last``: all). */
-void freed_drained(int last);
+/* After a drain: frees the code objects that died before the previous one (``last``: all);
+ * returns the CPU nanoseconds that took (the host's work, deferred: see freed.c). */
+uint64_t freed_drained(int last);
 uint64_t freed_code_count(void);
 uint64_t freed_function_count(void);
 /* Whether the object at ``ptr`` was freed at or after count ``since`` of its log; freed too
  * long ago to be remembered counts as freed. */
 int freed_code_since(const void *ptr, uint64_t since);
 int freed_function_since(const void *ptr, uint64_t since);
+/* Notes where the logs stand as a drain begins (older frees are not collected after the
+ * next drain). */
+void freed_drain_begins(void);
 /* Forgets the lookups built for one drain (the next one builds them again if it needs them). */
 void freed_release(void);
 

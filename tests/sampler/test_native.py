@@ -392,6 +392,35 @@ def test_function_churn_does_not_hide_names(lineno):
     assert unknown <= 0.01 * total, {k: v for k, v in counts.items() if "[unknown]" in k}
 
 
+def code_churn(rounds):
+    # Code compiled per call, as a template engine's render_template_string: code objects and
+    # functions freed a moment after they ran, hundreds a second; each frame is still named.
+    total = 0
+    for i in range(rounds):
+        namespace = {}
+        source = f"def made_{i % 7}(k):\n    return sum(x * {i} for x in range(k))\n"
+        exec(compile(source, "<made>", "exec"), namespace)
+        total += namespace[f"made_{i % 7}"](3000)
+    return total
+
+
+def test_code_churn_does_not_hide_names():
+    s = sampler.start(port="none")
+    try:
+        end = time.thread_time() + 1.5
+        while time.thread_time() < end:
+            code_churn(100)
+        counts = s.folded()
+    finally:
+        sampler.stop()
+    total = sum(counts.values())
+    unknown = sum(c for stack, c in counts.items() if "[unknown]" in stack)
+    made = sum(c for stack, c in counts.items() if ":made_" in stack)
+    assert total >= 50
+    assert made >= 0.3 * total, counts
+    assert unknown <= 0.01 * total, {k: v for k, v in counts.items() if "[unknown]" in k}
+
+
 def alpha():
     spin(0.004)
 
