@@ -32,10 +32,12 @@ typedef struct {
     uint64_t collected_from; /* the log held nothing older when it was collected */
     uint64_t collected_to;   /* frees from here on are read from the log itself */
     int collected;
-    /* The count as each of the last two drains began: a record a drain reads was walked after
-     * the one before it began, but for a walk that outlasted a whole drain (counted as freed),
-     * so frees before that need not be collected. */
-    uint64_t drain_started[2];
+    /* The count as each of the last three drains began. A record a drain reads was walked
+     * after the one before it began, or just before, its record then left for the next drain
+     * (a drain stops at a record still being written); never two drains before but for a walk
+     * that outlasted a whole drain (its pointers count as freed). Frees before that need not
+     * be collected. */
+    uint64_t drain_started[3];
 } free_log;
 
 static void *code_ring[16384];
@@ -190,11 +192,12 @@ static void collect(free_log *log)
     log->collected = 0;
     uint64_t now = atomic_load_explicit(&log->total, memory_order_acquire);
     uint64_t since = now > log->capacity ? now - log->capacity : 0;
-    /* Only the frees since the drain before this one began: a busy host frees a function per
-     * call, and building the whole log's lookup at every drain (65,536 frees, 2 MB cleared)
-     * cost most of the drain's time under a template engine compiling code per request. */
-    if (log->drain_started[1] > since) {
-        since = log->drain_started[1];
+    /* Only the frees since two drains before this one began: a busy host frees a function
+     * per call, and building the whole log's lookup at every drain (65,536 frees, 2 MB
+     * cleared) cost most of the drain's time under a template engine compiling code per
+     * request. */
+    if (log->drain_started[2] > since) {
+        since = log->drain_started[2];
     }
     size_t needed = 64;
     while (needed < 2 * (now - since)) {
@@ -266,6 +269,7 @@ int freed_function_since(const void *ptr, uint64_t since)
 
 static void drain_begins(free_log *log)
 {
+    log->drain_started[2] = log->drain_started[1];
     log->drain_started[1] = log->drain_started[0];
     log->drain_started[0] = atomic_load_explicit(&log->total, memory_order_acquire);
 }

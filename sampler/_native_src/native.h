@@ -95,8 +95,8 @@ uint64_t freed_function_count(void);
  * long ago to be remembered counts as freed. */
 int freed_code_since(const void *ptr, uint64_t since);
 int freed_function_since(const void *ptr, uint64_t since);
-/* Notes where the logs stand as a drain begins (older frees are not collected after the
- * next drain). */
+/* Notes where the logs stand as a drain begins (frees older than the drain two before are
+ * not collected). */
 void freed_drain_begins(void);
 /* Forgets the lookups built for one drain (the next one builds them again if it needs them). */
 void freed_release(void);
