@@ -34,15 +34,9 @@ class OverheadBudget:
         self._arm = arm
         self._busy = 0.0
         self._ticks = 0
-        self._excluded = 0.0  # host work within measured blocks, ever (see exclude)
         self._window_start = time.perf_counter()
         # (seconds of wall time, seconds of own work, ticks) per window of about a second.
         self.history: deque[tuple[float, float, int]] = deque(maxlen=60)
-
-    def exclude(self, seconds: float) -> None:
-        """Takes ``seconds`` of the host's work done inside a measured block (the code objects
-        the native drain frees for it) off that block's own work."""
-        self._excluded += seconds
 
     def measure(self) -> _Measure:
         """Returns a context manager that counts the CPU of its block, less collections."""
@@ -90,18 +84,24 @@ class _Measure:
     good would run after every collection of the host, and the python engine's late ticks
     would land on it."""
 
-    __slots__ = ("_budget", "_cpu", "_excluded", "_gc", "_ident", "_started")
+    __slots__ = ("_budget", "_cpu", "_gc", "_host", "_ident", "_started")
 
     def __init__(self, budget: OverheadBudget) -> None:
         self._budget = budget
 
-    def __enter__(self) -> None:
+    def exclude(self, seconds: float) -> None:
+        """Takes ``seconds`` of the host's work that this block did for it (the code objects
+        the native drain frees) off the block's own work."""
+        self._host += seconds
+
+    def __enter__(self) -> _Measure:
         self._gc = 0.0
+        self._host = 0.0
         self._started = -1.0
         self._ident = threading.get_ident()
         gc.callbacks.append(self._on_gc)
-        self._excluded = self._budget._excluded
         self._cpu = time.thread_time()
+        return self
 
     def __exit__(self, *exc_info: object) -> None:
         cpu = time.thread_time() - self._cpu
@@ -109,8 +109,7 @@ class _Measure:
             gc.callbacks.remove(self._on_gc)
         except ValueError:  # pragma: no cover - someone cleared gc.callbacks
             pass
-        host = self._budget._excluded - self._excluded
-        self._budget.spent(max(0.0, cpu - self._gc - host))
+        self._budget.spent(max(0.0, cpu - self._gc - self._host))
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
         if threading.get_ident() != self._ident:

@@ -25,6 +25,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler
 if TYPE_CHECKING:
     from typing import Any
 
+    from ._budget import _Measure
     from ._core import Sampler
     from ._stacks import StackKey, StackTable
 
@@ -192,18 +193,20 @@ class NativeEngine:
 
     def catch_up(self) -> None:
         """Counts what was sampled so far (called holding the sampler's lock)."""
-        with self._sampler.budget.measure():
-            self.drain()
+        with self._sampler.budget.measure() as block:
+            self.drain(block)
 
-    def drain(self) -> int:
-        """Moves the ring's records into the counts; returns how many (holding the lock)."""
+    def drain(self, block: _Measure | None = None) -> int:
+        """Moves the ring's records into the counts; returns how many (holding the lock).
+        ``block``: the overhead budget's measure of the work around it."""
         table, target = self._sampler.table, self._target
         table.generation += 1
         target.generation = table.generation
         records, added, dropped, freeing_ns = self._native.drain(self._resolve, target)
-        # Freeing code objects that died while sampled (kept until read) is the host's work,
-        # deferred to the drain: not the sampler's overhead.
-        self._sampler.budget.exclude(freeing_ns / 1e9)
+        if block is not None:
+            # Freeing code objects that died while sampled (kept until read) is the host's
+            # work, deferred to the drain: not the sampler's overhead.
+            block.exclude(freeing_ns / 1e9)
         table.total += added
         self._sampler.ticks += records
         self._sampler.dropped += dropped
@@ -242,9 +245,9 @@ class NativeEngine:
             try:
                 if sampler.settings["pause_when_traced"]:
                     self._watch_tracer()
-                with sampler.budget.measure():
+                with sampler.budget.measure() as block:
                     with sampler._lock:
-                        drained = self.drain()
+                        drained = self.drain(block)
                     if time.monotonic() >= next_sync:
                         next_sync = time.monotonic() + SYNC_SECONDS
                         self._sync()

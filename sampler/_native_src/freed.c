@@ -16,6 +16,15 @@
 #include <string.h>
 #include <time.h>
 
+/* A log's count as a drain began, and the monotonic clock then. */
+typedef struct {
+    uint64_t at_ns, total;
+} drain_mark;
+#define DRAIN_MARKS 8
+/* A record's walk began less than this before the drain that reads it, but for a walk whose
+ * thread the scheduler kept off its CPU that long (its pointers then count as freed). */
+#define WALK_MARGIN_NS 100000000ull
+
 /* Pointer -> the latest count at which it was freed, built from a log when a drain needs it. */
 typedef struct {
     const void *ptr;
@@ -32,12 +41,9 @@ typedef struct {
     uint64_t collected_from; /* the log held nothing older when it was collected */
     uint64_t collected_to;   /* frees from here on are read from the log itself */
     int collected;
-    /* The count as each of the last three drains began. A record a drain reads was walked
-     * after the one before it began, or just before, its record then left for the next drain
-     * (a drain stops at a record still being written); never two drains before but for a walk
-     * that outlasted a whole drain (its pointers count as freed). Frees before that need not
-     * be collected. */
-    uint64_t drain_started[3];
+    /* The count as each of the last drains began, and when (see collect). */
+    drain_mark marks[DRAIN_MARKS];
+    unsigned next_mark;
 } free_log;
 
 static void *code_ring[16384];
@@ -192,12 +198,21 @@ static void collect(free_log *log)
     log->collected = 0;
     uint64_t now = atomic_load_explicit(&log->total, memory_order_acquire);
     uint64_t since = now > log->capacity ? now - log->capacity : 0;
-    /* Only the frees since two drains before this one began: a busy host frees a function
-     * per call, and building the whole log's lookup at every drain (65,536 frees, 2 MB
-     * cleared) cost most of the drain's time under a template engine compiling code per
+    /* Only the frees since a drain that began at least a walk's margin ago (drains come every
+     * 0.1 s, and back to back when the endpoint or the stall watcher asks): a busy host frees
+     * a function per call, and building the whole log's lookup at every drain (65,536 frees,
+     * 2 MB cleared) cost most of the drain's time under a template engine compiling code per
      * request. */
-    if (log->drain_started[2] > since) {
-        since = log->drain_started[2];
+    uint64_t now_ns = monotonic_ns(), latest = 0;
+    uint64_t before = now_ns > WALK_MARGIN_NS ? now_ns - WALK_MARGIN_NS : 0;
+    for (int i = 0; i < DRAIN_MARKS; i++) {
+        const drain_mark *mark = &log->marks[i];
+        if (mark->at_ns != 0 && mark->at_ns <= before && mark->total > latest) {
+            latest = mark->total;
+        }
+    }
+    if (latest > since) {
+        since = latest;
     }
     size_t needed = 64;
     while (needed < 2 * (now - since)) {
@@ -267,17 +282,18 @@ int freed_function_since(const void *ptr, uint64_t since)
     return freed_since(&function_log, ptr, since);
 }
 
-static void drain_begins(free_log *log)
+static void drain_begins(free_log *log, uint64_t now_ns)
 {
-    log->drain_started[2] = log->drain_started[1];
-    log->drain_started[1] = log->drain_started[0];
-    log->drain_started[0] = atomic_load_explicit(&log->total, memory_order_acquire);
+    drain_mark *mark = &log->marks[log->next_mark++ % DRAIN_MARKS];
+    mark->at_ns = now_ns;
+    mark->total = atomic_load_explicit(&log->total, memory_order_acquire);
 }
 
 void freed_drain_begins(void)
 {
-    drain_begins(&code_log);
-    drain_begins(&function_log);
+    uint64_t now_ns = monotonic_ns();
+    drain_begins(&code_log, now_ns);
+    drain_begins(&function_log, now_ns);
 }
 
 void freed_release(void)

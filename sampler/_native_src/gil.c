@@ -97,10 +97,10 @@ static int held_by_own(const gil_watch *watch)
 #define PASS_MIN_NS 1000000ull
 #define PASS_MAX_NS 20000000ull
 
-void gil_watch_pass_own(gil_watch *watch)
+uint64_t gil_watch_pass_own(gil_watch *watch, uint64_t woke)
 {
     if (!held_by_own(watch)) {
-        return;
+        return woke;
     }
     /* The drain thread holding the GIL for a moment as the watcher wakes, and a host thread
      * taking it from the drain and keeping it: asked for the GIL at once, the watcher names
@@ -108,25 +108,27 @@ void gil_watch_pass_own(gil_watch *watch)
      * reads the holder again until another thread has the GIL, or no one wants it. */
     uint64_t wait = 2000ull * gil()->interval; /* microseconds */
     wait = wait < PASS_MIN_NS ? PASS_MIN_NS : wait > PASS_MAX_NS ? PASS_MAX_NS : wait;
-    uint64_t until = monotonic_ns() + wait;
+    uint64_t now = monotonic_ns(), until = now + wait;
     int free_reads = 0;
-    while (monotonic_ns() < until) {
+    while (now < until) {
         struct timespec pause = {0, PASS_POLL_NS};
         nanosleep(&pause, NULL);
         gil_watch_woke(watch);
+        now = monotonic_ns();
         if (watch->holder == NULL) {
             /* Free (another thread may be about to take it: read it twice more), or held by
              * a thread not listed before the sleep, which cannot be named anyway. */
             if (!_Py_atomic_load_relaxed(&gil()->locked) && ++free_reads < 3) {
                 continue;
             }
-            return;
+            return now;
         }
         if (!held_by_own(watch)) {
-            return;
+            return now;
         }
         free_reads = 0;
     }
+    return now;
 }
 
 /* Forgets the holder if its address now holds another thread's state (the holder ended and

@@ -95,8 +95,8 @@ uint64_t freed_function_count(void);
  * long ago to be remembered counts as freed. */
 int freed_code_since(const void *ptr, uint64_t since);
 int freed_function_since(const void *ptr, uint64_t since);
-/* Notes where the logs stand as a drain begins (frees older than the drain two before are
- * not collected). */
+/* Notes where the logs stand as a drain begins (a later drain collects the frees since the
+ * last one that began at least 0.1 s before it). */
 void freed_drain_begins(void);
 /* Forgets the lookups built for one drain (the next one builds them again if it needs them). */
 void freed_release(void);
@@ -225,7 +225,7 @@ unsigned long wall_ident(void);
 
 /* -- the stall watcher's wait for the GIL (gil.c) -------------------------------------- */
 
-#define GIL_WATCH_OWN 16
+#define GIL_WATCH_OWN 64
 typedef struct {
     void *self; /* the watcher's own state */
     known_thread *threads;
@@ -245,8 +245,10 @@ void gil_watch_begin(gil_watch *watch, PyObject *own);
 /* Reads who holds the GIL and its CPU clock (without the GIL, as the caller asks for it). */
 void gil_watch_woke(gil_watch *watch);
 /* If one of the sampler's own threads holds the GIL, waits (a switch interval or two at
- * most, without asking for the GIL) for it to pass it on, and reads the holder again. */
-void gil_watch_pass_own(gil_watch *watch);
+ * most, without asking for the GIL) for it to pass it on, and reads the holder again.
+ * Returns the moment the watcher's wait counts from: ``woke``, or when another thread was
+ * seen holding the GIL, or the end of the waiting (the sampler's own hold is not a stall). */
+uint64_t gil_watch_pass_own(gil_watch *watch, uint64_t woke);
 /* Counts the handoffs, confirms the holder and, if ``long_enough``, reads its CPU again
  * (holding the GIL again). */
 void gil_watch_end(gil_watch *watch, int long_enough);

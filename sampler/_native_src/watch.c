@@ -24,7 +24,7 @@ double gil_wait_once(double seconds, double threshold, gil_watch *watch, PyObjec
     }
     woke = monotonic_ns();
     gil_watch_woke(watch);
-    gil_watch_pass_own(watch);
+    woke = gil_watch_pass_own(watch, woke);
     Py_END_ALLOW_THREADS
     uint64_t took = monotonic_ns() - woke;
     gil_watch_end(watch, (double)took >= threshold * 1e9);

@@ -160,6 +160,31 @@ def test_the_samplers_own_thread_holding_the_gil_long_is_still_named():
     assert 0.1 <= waited <= 0.3
 
 
+def test_the_samplers_own_thread_keeping_the_gil_while_no_one_waits_is_not_a_wait():
+    # The sampler's thread runs Python and nobody else wants the GIL: it keeps it until asked,
+    # and the watcher asks only after two switch intervals of reading the holder. That waiting
+    # is not the host's: the wait counts from when the watcher asks (one switch interval).
+    from sampler import _native
+
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            pass
+
+    own = threading.Thread(target=spin, name="fleetflame-drain")
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.01)  # the reading lasts 20 ms, asking 10 ms
+    own.start()
+    try:
+        waited, ident, _, _ = _native.gil_wait(0.03, THRESHOLD, {own.ident})
+    finally:
+        stop.set()
+        own.join()
+        sys.setswitchinterval(interval)
+    assert waited < 0.02, (waited, ident == own.ident)
+
+
 def test_a_threshold_changed_while_it_waits_counts_from_the_next_wake():
     watched = Watched()
     watched._running[1] = ("request", time.monotonic())
