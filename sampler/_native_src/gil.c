@@ -61,6 +61,21 @@ void gil_watch_begin(gil_watch *watch, PyObject *own)
     read_own(watch, own);
 }
 
+static int held_by_own(const gil_watch *watch)
+{
+    for (int i = 0; watch->holder != NULL && i < watch->own_count; i++) {
+        if (watch->own[i] == watch->holder->ident) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void read_holder_cpu(gil_watch *watch)
+{
+    watch->cpu_known = cpu_ns(watch->holder->tid, &watch->cpu_before) == 0;
+}
+
 void gil_watch_woke(gil_watch *watch)
 {
     struct _gil_runtime_state *state = gil();
@@ -75,20 +90,12 @@ void gil_watch_woke(gil_watch *watch)
     for (Py_ssize_t i = 0; holder != NULL && holder != watch->self && i < watch->count; i++) {
         if (watch->threads[i].state == holder) {
             watch->holder = &watch->threads[i];
-            watch->cpu_known = cpu_ns(watch->holder->tid, &watch->cpu_before) == 0;
+            if (!held_by_own(watch)) { /* ours: read once the reading again is over */
+                read_holder_cpu(watch);
+            }
             return;
         }
     }
-}
-
-static int held_by_own(const gil_watch *watch)
-{
-    for (int i = 0; watch->holder != NULL && i < watch->own_count; i++) {
-        if (watch->own[i] == watch->holder->ident) {
-            return 1;
-        }
-    }
-    return 0;
 }
 
 /* How often the GIL is read while the sampler's own thread holds it, and how long at most:
@@ -128,6 +135,7 @@ uint64_t gil_watch_pass_own(gil_watch *watch, uint64_t woke)
         }
         free_reads = 0;
     }
+    read_holder_cpu(watch); /* ours still holds it: named, its CPU read from now */
     return now;
 }
 
