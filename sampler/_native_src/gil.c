@@ -135,7 +135,9 @@ uint64_t gil_watch_pass_own(gil_watch *watch, uint64_t woke)
         }
         free_reads = 0;
     }
-    read_holder_cpu(watch); /* ours still holds it: named, its CPU read from now */
+    if (watch->holder != NULL) { /* ours still holds it: named, its CPU read from now */
+        read_holder_cpu(watch);
+    }
     return now;
 }
 
