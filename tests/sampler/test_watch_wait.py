@@ -3,6 +3,7 @@ work, and returns as soon as one does."""
 
 import collections
 import ctypes
+import subprocess
 import sys
 import threading
 import time
@@ -215,3 +216,28 @@ def test_wrong_arguments_are_a_clear_error():
     watched._running = []
     with pytest.raises(TypeError, match="_running"):
         watched.wait()
+
+
+def test_the_gil_found_free_as_the_reading_again_ends_is_survived():
+    # The sampler's thread holding the GIL at each wake for about the reading's length (10 ms),
+    # then letting it go: the reading ends now and then on a free GIL, with no holder to name.
+    script = """
+import ctypes, sys, threading, time
+from sampler import _native
+stop = threading.Event()
+def own():
+    while not stop.is_set():
+        ctypes.PyDLL(None).usleep(9800)
+        time.sleep(0.0004)
+thread = threading.Thread(target=own)
+thread.start()
+for _ in range(300):
+    _native.gil_wait(0.002, 0.05, {thread.ident})
+stop.set()
+thread.join()
+print("survived")
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0 and "survived" in result.stdout, result
