@@ -9,7 +9,8 @@ flamegraph in headless Chromium, on a freshly started server and on a running on
    restarted server, asked as soon as it answers, that loads the index file the first one
    saved, from which 1% of the window's stacks are taken out (as when they were first
    sampled after the file was saved: the request reads them, and the tree's node
-   boundaries are all new).
+   boundaries are all new); and on one restarted with the whole files, asked as soon as it
+   has warmed.
 2. Browser: navigation to a drawn flamegraph (a performance mark after the first frame with
    the graph) on a fresh server, for a window not seen yet, from a browser that has the
    page's files, for the same view again; then on restarted servers: with the index file
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -112,10 +114,22 @@ def bench_server(url: str, bucket: int, runs: int) -> dict[str, list[float]]:
             note("server peak memory, MB", peak)
             if not server.logged("function index saved"):  # saved after the stack index
                 raise RuntimeError("the server did not save its indexes")
+        whole = tempfile.TemporaryDirectory()
+        shutil.copytree(index_dir.name, whole.name, dirs_exist_ok=True)
         drop_from_index_file(index_dir.name, 0.01)
         with WebServer(url, index_dir=index_dir.name) as server:
             first_requests(server, "restarted, index files (stacks lacking 1%)")
+        # Restarted with files holding everything, asked the moment warming has taken them in
+        # (it then writes nothing: it learned nothing).
+        with WebServer(url, index_dir=whole.name) as server:
+            server.wait()
+            if not server.warmed():
+                raise RuntimeError("the server did not warm")
+            ms, cpu, _ = server.get(f"/api/flamegraph?from={bucket}&to={bucket + 60}")
+            note("flamegraph, restarted, once warmed", ms)
+            note("flamegraph, restarted, once warmed, server CPU", cpu)
         index_dir.cleanup()
+        whole.cleanup()
     return out
 
 

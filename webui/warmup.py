@@ -221,6 +221,11 @@ class Warmer:
         """Saves the function index; tells whether it is saved (or needed no saving)."""
         assert self.functions is not None
         generation = self.functions.generation
+        if self._holds_as_many(path, len(self.functions)):
+            # As after taking in this very file: nothing to write, and no copy of the index to
+            # make for nothing (~0.7 s for 200,000 stacks, shared with any request meanwhile).
+            self._saved_functions = generation
+            return True
         saved = self.functions.saved_form()
         done = self._write(
             path,
@@ -249,8 +254,7 @@ class Warmer:
         (each would otherwise write the same file in turn). Returns True when written, None
         when not needed, False when it could not be written (a warning; a debug line when the
         file's last save failed too)."""
-        saved = None if path in self._unreadable else indexfile.count_in(path)
-        if saved is not None and saved >= stacks:
+        if self._holds_as_many(path, stacks):
             return None
         began = time.monotonic()
         try:
@@ -271,6 +275,11 @@ class Warmer:
             time.monotonic() - began,
         )
         return True
+
+    def _holds_as_many(self, path: Path, stacks: int) -> bool:
+        """Tells whether the file at ``path`` can be read and holds ``stacks`` stacks or more."""
+        saved = None if path in self._unreadable else indexfile.count_in(path)
+        return saved is not None and saved >= stacks
 
     def _learn_functions(self, ids: list[int]) -> None:
         """Numbers the functions of the stacks warmed, most recent first, as far as the
