@@ -236,8 +236,20 @@ class NativeEngine:
         return self._modules.get(filename)
 
     def _run(self) -> None:
+        excluded, ident = self._sampler._excluded, threading.get_ident()
+        excluded.add(ident)
+        try:
+            self._drain_loop()
+        finally:
+            # Idents are reused: a host thread started after this one ends may get its ident,
+            # and is not to be left out of the profile (the engine stopped: nothing to tell it).
+            try:
+                excluded.discard(ident)
+            except OSError:
+                pass
+
+    def _drain_loop(self) -> None:
         sampler = self._sampler
-        sampler._excluded.add(threading.get_ident())
         own_thread()
         self._ready.set()
         next_sync = time.monotonic() + SYNC_SECONDS

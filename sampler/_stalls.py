@@ -185,7 +185,17 @@ class StallWatcher:
     # -- the watcher thread -------------------------------------------------------------------
 
     def _run(self) -> None:
-        self._sampler._excluded.add(threading.get_ident())
+        excluded, ident = self._sampler._excluded, threading.get_ident()
+        excluded.add(ident)
+        try:
+            self._watch()
+        finally:
+            try:
+                excluded.discard(ident)  # a host thread may get its ident next
+            except OSError:
+                pass
+
+    def _watch(self) -> None:
         own_thread()
         while not self._stopping.is_set():
             try:

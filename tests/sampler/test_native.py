@@ -470,6 +470,27 @@ def test_a_replaced_sigprof_handler_makes_the_engine_fall_back(caplog):
 
 
 @pytest.mark.parallel
+def test_the_sampler_threads_that_end_leave_their_idents_to_the_host():
+    # A thread's ident is reused by threads started after it ends: one the sampler left out
+    # while it was its own would leave a host thread out of the profile.
+    s = sampler.start(port="none")
+    try:
+        assert s.info()["engine"] == "native"
+        ours = {t.name: t for t in threading.enumerate() if t.name.startswith("fleetflame-")}
+        drain, watcher = ours["fleetflame-drain"], ours["fleetflame-stalls"]
+        assert {drain.ident, watcher.ident} <= s._excluded
+        signal.signal(signal.SIGPROF, lambda signum, frame: None)  # the engine falls back
+        drain.join(5)
+        assert not drain.is_alive() and s.info()["engine"] == "python"
+        assert drain.ident not in s._excluded and watcher.ident in s._excluded
+    finally:
+        sampler.stop()
+        signal.signal(signal.SIGPROF, signal.SIG_DFL)
+    watcher.join(5)
+    assert not watcher.is_alive() and watcher.ident not in s._excluded
+
+
+@pytest.mark.parallel
 def test_a_real_crash_still_reaches_faulthandler():
     # The fault guard passes every fault that is not a walk's to the handler before it.
     code = (
