@@ -51,6 +51,7 @@ def native_extensions() -> list[Extension]:
         "counting",
         "watch",
         "asgi",
+        "functions",
     ]
     return [
         Extension(

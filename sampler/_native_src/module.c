@@ -817,6 +817,14 @@ static PyMethodDef methods[] = {
      "queue_delay, status_code, max_queue) -> (errors, queued, latency, queue, total, over): "
      "a route's finished requests into its sketches' bins (each sketch's zero, sum and max "
      "returned), and the indices of those slower than threshold."},
+    {"number_functions", native_number_functions, METH_VARARGS,
+     "number_functions(texts, separator, numbers, names) -> list of bytes: each folded stack's "
+     "distinct frames, leaf first, as the numbers of ``numbers`` (name -> number; a name it "
+     "lacks is numbered next and appended to ``names``), packed as array('i') holds them."},
+    {"file_functions", native_file_functions, METH_VARARGS,
+     "file_functions(stacks, first, functions) -> (holding, ending): for arrays('i') of "
+     "function numbers, the ordinals (first, first + 1, ...) of the stacks holding each "
+     "function, and of those whose first number it is, as {number: packed ordinals}."},
     {"asgi_request_start", native_asgi_request_start, METH_O,
      "asgi_request_start(headers): the value of an ASGI scope's first X-Request-Start or "
      "X-Queue-Start header, decoded as Latin-1, or None."},

@@ -177,6 +177,11 @@ int middleware_add_types(PyObject *module);
 
 PyObject *native_count_requests(PyObject *module, PyObject *args);
 
+/* -- the web UI's function index (functions.c) ----------------------------------------- */
+
+PyObject *native_number_functions(PyObject *module, PyObject *args);
+PyObject *native_file_functions(PyObject *module, PyObject *args);
+
 /* -- the ASGI middleware's parts (asgi.c) ------------------------------------------------- */
 
 PyObject *native_asgi_request_start(PyObject *module, PyObject *headers);

@@ -4,9 +4,26 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from collector.functions import FunctionSamples
+from webui import functable
 from webui.functable import FunctionIndex
 from webui.model import top_functions
+
+NATIVE = functable._native_functions()
+
+
+@pytest.fixture(autouse=True, params=["c", "python"])
+def numbering(request, monkeypatch) -> str:
+    """Every test on both paths: the sampler's C extension where it is built, and the Python
+    loops (the fallback without it)."""
+    if request.param == "c" and NATIVE is None:
+        pytest.skip("the sampler's C extension is not built")
+    if request.param == "python":
+        monkeypatch.setattr(functable, "_native_functions", lambda: None)
+    return str(request.param)
+
 
 FRAMES = ["m:main", "a:f", "b:g", "c:h", "c:h:12", "d:%3Bsemi", "r:rec", "x:leaf"]
 

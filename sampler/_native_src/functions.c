@@ -1,0 +1,378 @@
+/* The web UI's function index (webui/functable.py) in C: numbering the frames of folded stacks
+ * and filing each stack under its functions. A window of 200,000 stacks of 35 frames is seven
+ * million frames, ~4 s of Python loops on a fresh server's first function table or a warm-up.
+ *
+ * webui/functable.py holds the same in Python, the fallback where this extension is not built;
+ * its tests hold the two to the same numbers. The web UI calls these in chunks of stacks, so a
+ * call holds the interpreter for milliseconds. Everything below runs under the GIL.
+ */
+#include "native.h"
+
+/* Numbers seen in the stack at hand: seen[number] == the stack's stamp. Grown with the names. */
+typedef struct {
+    uint32_t *seen;
+    Py_ssize_t size;
+} stamps;
+
+static int stamps_fit(stamps *s, Py_ssize_t count)
+{
+    if (count <= s->size) {
+        return 0;
+    }
+    Py_ssize_t size = s->size ? s->size : 1024;
+    while (size < count) {
+        size *= 2;
+    }
+    uint32_t *seen = PyMem_Realloc(s->seen, (size_t)size * sizeof(uint32_t));
+    if (seen == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(seen + s->size, 0, (size_t)(size - s->size) * sizeof(uint32_t));
+    s->seen = seen;
+    s->size = size;
+    return 0;
+}
+
+/* Names seen in this call, by the hash of their characters: a frame found here needs no str of
+ * its own (making one for each of seven million frames was most of the time). */
+typedef struct {
+    uint64_t hash;
+    Py_ssize_t number; /* -1: an empty slot */
+} seen_name;
+
+typedef struct {
+    seen_name *slots;
+    Py_ssize_t mask, used;
+} name_table;
+
+static uint64_t chars_hash(int kind, const void *data, Py_ssize_t start, Py_ssize_t end)
+{
+    uint64_t hash = 14695981039346656037ull; /* FNV-1a, over code points */
+    for (Py_ssize_t i = start; i < end; i++) {
+        hash = (hash ^ PyUnicode_READ(kind, data, i)) * 1099511628211ull;
+    }
+    return hash;
+}
+
+/* Whether ``name`` is the characters data[start:end] of a text of ``kind``. */
+static int same_chars(PyObject *name, int kind, const void *data, Py_ssize_t start, Py_ssize_t end)
+{
+    if (!PyUnicode_Check(name) || PyUnicode_GET_LENGTH(name) != end - start) {
+        return 0;
+    }
+    int name_kind = PyUnicode_KIND(name);
+    const void *name_data = PyUnicode_DATA(name);
+    if (name_kind == kind) {
+        return memcmp(name_data, (const char *)data + start * kind, (size_t)(end - start) * kind) == 0;
+    }
+    for (Py_ssize_t i = start; i < end; i++) {
+        if (PyUnicode_READ(name_kind, name_data, i - start) != PyUnicode_READ(kind, data, i)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The slot of the name with ``hash`` and these characters, or the empty slot it would take. */
+static seen_name *table_find(name_table *t, PyObject *names, uint64_t hash, int kind,
+                             const void *data, Py_ssize_t start, Py_ssize_t end)
+{
+    for (Py_ssize_t i = (Py_ssize_t)(hash & (uint64_t)t->mask);; i = (i + 1) & t->mask) {
+        seen_name *slot = &t->slots[i];
+        if (slot->number < 0 ||
+            (slot->hash == hash && slot->number < PyList_GET_SIZE(names) &&
+             same_chars(PyList_GET_ITEM(names, slot->number), kind, data, start, end))) {
+            return slot;
+        }
+    }
+}
+
+/* Makes room for one more name: at most half the slots used. */
+static int table_room(name_table *t)
+{
+    if (t->slots != NULL && (t->used + 1) * 2 <= t->mask + 1) {
+        return 0;
+    }
+    Py_ssize_t size = t->slots != NULL ? (t->mask + 1) * 2 : 4096;
+    seen_name *slots = PyMem_Malloc((size_t)size * sizeof(seen_name));
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < size; i++) {
+        slots[i].number = -1;
+    }
+    seen_name *old = t->slots;
+    Py_ssize_t old_size = old != NULL ? t->mask + 1 : 0;
+    t->slots = slots;
+    t->mask = size - 1;
+    for (Py_ssize_t i = 0; i < old_size; i++) {
+        if (old[i].number >= 0) {
+            Py_ssize_t at = (Py_ssize_t)(old[i].hash & (uint64_t)t->mask);
+            while (slots[at].number >= 0) {
+                at = (at + 1) & t->mask;
+            }
+            slots[at] = old[i];
+        }
+    }
+    PyMem_Free(old);
+    return 0;
+}
+
+/* The number of the frame text[start:end], numbering it next if ``numbers`` lacks it. */
+static Py_ssize_t frame_number(PyObject *text, Py_ssize_t start, Py_ssize_t end, PyObject *numbers,
+                               PyObject *names)
+{
+    PyObject *name = PyUnicode_Substring(text, start, end);
+    if (name == NULL) {
+        return -1;
+    }
+    Py_ssize_t number = -1;
+    PyObject *found = PyDict_GetItemWithError(numbers, name);
+    if (found != NULL) {
+        number = PyLong_AsSsize_t(found);
+    } else if (!PyErr_Occurred()) {
+        number = PyList_GET_SIZE(names);
+        PyObject *value = PyLong_FromSsize_t(number);
+        if (value == NULL || PyList_Append(names, name) < 0 ||
+            PyDict_SetItem(numbers, name, value) < 0) {
+            number = -1;
+        }
+        Py_XDECREF(value);
+    }
+    Py_DECREF(name);
+    if (number < 0 && !PyErr_Occurred()) {
+        PyErr_SetString(PyExc_ValueError, "function numbers must be positive ints");
+    }
+    return number;
+}
+
+/* number_functions(texts, separator, numbers, names) -> list of bytes: see module.c. */
+PyObject *native_number_functions(PyObject *module, PyObject *args)
+{
+    PyObject *texts, *separator, *numbers, *names;
+    if (!PyArg_ParseTuple(args, "O!UO!O!:number_functions", &PyList_Type, &texts, &separator,
+                          &PyDict_Type, &numbers, &PyList_Type, &names)) {
+        return NULL;
+    }
+    if (PyUnicode_GET_LENGTH(separator) != 1) {
+        PyErr_SetString(PyExc_ValueError, "the separator must be one character");
+        return NULL;
+    }
+    Py_UCS4 sep = PyUnicode_READ_CHAR(separator, 0);
+    /* A copy: a name's __eq__ (a str subclass as a key) could change the caller's list. */
+    PyObject *items = PyList_GetSlice(texts, 0, PyList_GET_SIZE(texts));
+    if (items == NULL) {
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(items);
+    PyObject *out = PyList_New(count);
+    stamps s = {NULL, 0};
+    name_table table = {NULL, 0, 0};
+    int *row = NULL;
+    Py_ssize_t row_size = 0;
+    if (out == NULL || table_room(&table) < 0) {
+        Py_DECREF(items);
+        Py_XDECREF(out);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *text = PyList_GET_ITEM(items, i);
+        if (!PyUnicode_Check(text)) {
+            PyErr_Format(PyExc_TypeError, "stack %zd is not a str", i);
+            goto failed;
+        }
+        if (PyUnicode_READY(text) < 0) {
+            goto failed;
+        }
+        Py_ssize_t length = PyUnicode_GET_LENGTH(text);
+        int kind = PyUnicode_KIND(text);
+        const void *data = PyUnicode_DATA(text);
+        if (length + 1 > row_size) { /* a stack has at most length + 1 frames */
+            int *grown = PyMem_Realloc(row, (size_t)(length + 1) * sizeof(int));
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                goto failed;
+            }
+            row = grown;
+            row_size = length + 1;
+        }
+        uint32_t stamp = (uint32_t)(i % 0xfffffffe) + 1;
+        if (i > 0 && stamp == 1 && s.size) { /* the stamps wrapped: forget every mark */
+            memset(s.seen, 0, (size_t)s.size * sizeof(uint32_t));
+        }
+        /* Leaf first: from the end of the text back to its start. */
+        Py_ssize_t distinct = 0, end = length;
+        for (;;) {
+            Py_ssize_t at = end > 0 ? PyUnicode_FindChar(text, sep, 0, end, -1) : -1;
+            if (at == -2) {
+                goto failed;
+            }
+            uint64_t hash = chars_hash(kind, data, at + 1, end);
+            seen_name *slot = table_find(&table, names, hash, kind, data, at + 1, end);
+            Py_ssize_t number = slot->number;
+            if (number < 0) {
+                number = frame_number(text, at + 1, end, numbers, names);
+                if (number >= 0 && number < PyList_GET_SIZE(names)) {
+                    if (table_room(&table) < 0) {
+                        goto failed;
+                    }
+                    slot = table_find(&table, names, hash, kind, data, at + 1, end);
+                    slot->hash = hash;
+                    slot->number = number;
+                    table.used++;
+                }
+            }
+            if (number < 0 || number > INT_MAX || stamps_fit(&s, number + 1) < 0) {
+                if (number > INT_MAX) {
+                    PyErr_SetString(PyExc_OverflowError, "too many functions");
+                }
+                goto failed;
+            }
+            if (s.seen[number] != stamp) {
+                s.seen[number] = stamp;
+                row[distinct++] = (int)number;
+            }
+            if (at < 0) {
+                break;
+            }
+            end = at;
+        }
+        PyObject *packed = PyBytes_FromStringAndSize((const char *)row, distinct * sizeof(int));
+        if (packed == NULL) {
+            goto failed;
+        }
+        PyList_SET_ITEM(out, i, packed);
+    }
+    PyMem_Free(s.seen);
+    PyMem_Free(table.slots);
+    PyMem_Free(row);
+    Py_DECREF(items);
+    return out;
+failed:
+    PyMem_Free(s.seen);
+    PyMem_Free(table.slots);
+    PyMem_Free(row);
+    Py_DECREF(items);
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* Returns {number: bytes of the ordinals} of the numbers in ``counts`` (those with any). */
+static PyObject *filed(const Py_ssize_t *counts, const Py_ssize_t *offsets, const int *ordinals,
+                       Py_ssize_t functions)
+{
+    PyObject *out = PyDict_New();
+    for (Py_ssize_t n = 0; out != NULL && n < functions; n++) {
+        if (counts[n] == 0) {
+            continue;
+        }
+        PyObject *key = PyLong_FromSsize_t(n);
+        PyObject *value = PyBytes_FromStringAndSize((const char *)(ordinals + offsets[n]),
+                                                    counts[n] * sizeof(int));
+        if (key == NULL || value == NULL || PyDict_SetItem(out, key, value) < 0) {
+            Py_CLEAR(out);
+        }
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+    }
+    return out;
+}
+
+/* file_functions(stacks, first, functions) -> ({number: ordinals}, {number: ordinals}). */
+PyObject *native_file_functions(PyObject *module, PyObject *args)
+{
+    PyObject *stacks;
+    Py_ssize_t first, functions;
+    if (!PyArg_ParseTuple(args, "O!nn:file_functions", &PyList_Type, &stacks, &first,
+                          &functions)) {
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(stacks);
+    if (first < 0 || functions < 0 || first > INT_MAX - count) {
+        PyErr_SetString(PyExc_ValueError, "ordinals must fit an int, and counts be positive");
+        return NULL;
+    }
+    /* Counting sort: how many stacks each function holds and ends, then the ordinals in place. */
+    Py_ssize_t *holds = PyMem_Calloc((size_t)functions * 4 + 2, sizeof(Py_ssize_t));
+    Py_buffer *views = PyMem_Calloc((size_t)count + 1, sizeof(Py_buffer));
+    int *ordinals = NULL, *leaves = NULL;
+    PyObject *result = NULL;
+    Py_ssize_t viewed = 0, total = 0;
+    if (holds == NULL || views == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t *ends = holds + functions, *at = ends + functions, *leaf_at = at + functions;
+    for (; viewed < count; viewed++) {
+        Py_buffer *view = &views[viewed];
+        if (PyObject_GetBuffer(PyList_GET_ITEM(stacks, viewed), view, PyBUF_FORMAT) < 0) {
+            goto done;
+        }
+        if (view->itemsize != sizeof(int) || view->format == NULL || strcmp(view->format, "i")) {
+            PyBuffer_Release(view);
+            PyErr_SetString(PyExc_TypeError, "stacks must be arrays of type 'i'");
+            goto done;
+        }
+        const int *numbers = view->buf;
+        Py_ssize_t length = view->len / (Py_ssize_t)sizeof(int);
+        for (Py_ssize_t k = 0; k < length; k++) {
+            if (numbers[k] < 0 || numbers[k] >= functions) {
+                PyBuffer_Release(view);
+                PyErr_SetString(PyExc_ValueError, "a function number past the functions");
+                goto done;
+            }
+            holds[numbers[k]]++;
+        }
+        if (length) {
+            ends[numbers[0]]++;
+        }
+        total += length;
+    }
+    ordinals = PyMem_Malloc((size_t)total * sizeof(int) + 1);
+    leaves = PyMem_Malloc((size_t)count * sizeof(int) + 1);
+    if (ordinals == NULL || leaves == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t next = 0, next_leaf = 0;
+    for (Py_ssize_t n = 0; n < functions; n++) {
+        at[n] = next;
+        leaf_at[n] = next_leaf;
+        next += holds[n];
+        next_leaf += ends[n];
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const int *numbers = views[i].buf;
+        Py_ssize_t length = views[i].len / (Py_ssize_t)sizeof(int);
+        int ordinal = (int)(first + i);
+        for (Py_ssize_t k = 0; k < length; k++) {
+            ordinals[at[numbers[k]]++] = ordinal;
+        }
+        if (length) {
+            leaves[leaf_at[numbers[0]]++] = ordinal;
+        }
+    }
+    /* at[] and leaf_at[] now hold each function's end: its start is end - count. */
+    for (Py_ssize_t n = 0; n < functions; n++) {
+        at[n] -= holds[n];
+        leaf_at[n] -= ends[n];
+    }
+    PyObject *by_function = filed(holds, at, ordinals, functions);
+    PyObject *by_leaf = by_function != NULL ? filed(ends, leaf_at, leaves, functions) : NULL;
+    if (by_leaf != NULL) {
+        result = PyTuple_Pack(2, by_function, by_leaf);
+    }
+    Py_XDECREF(by_function);
+    Py_XDECREF(by_leaf);
+done:
+    for (Py_ssize_t i = 0; i < viewed; i++) {
+        PyBuffer_Release(&views[i]);
+    }
+    PyMem_Free(views);
+    PyMem_Free(holds);
+    PyMem_Free(ordinals);
+    PyMem_Free(leaves);
+    return result;
+}
