@@ -51,6 +51,19 @@ class _ExcludedThreads(set[int]):
         if self.on_change is not None and isinstance(ident, int):
             self.on_change(ident, False)
 
+    def run_as_own(self, body: Callable[[], None]) -> None:
+        """Runs ``body`` on the calling thread, one of the sampler's own, left out while it
+        runs: idents are reused, and a host thread started after this one ends may get its."""
+        ident = threading.get_ident()
+        self.add(ident)
+        try:
+            body()
+        finally:
+            try:
+                self.discard(ident)
+            except OSError:  # the engine could not be told: it stopped
+                pass
+
 
 class Sampler:
     """A running sampler: its settings, its counts, its engine and its endpoint."""

@@ -236,17 +236,7 @@ class NativeEngine:
         return self._modules.get(filename)
 
     def _run(self) -> None:
-        excluded, ident = self._sampler._excluded, threading.get_ident()
-        excluded.add(ident)
-        try:
-            self._drain_loop()
-        finally:
-            # Idents are reused: a host thread started after this one ends may get its ident,
-            # and is not to be left out of the profile (the engine stopped: nothing to tell it).
-            try:
-                excluded.discard(ident)
-            except OSError:
-                pass
+        self._sampler._excluded.run_as_own(self._drain_loop)
 
     def _drain_loop(self) -> None:
         sampler = self._sampler

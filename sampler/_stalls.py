@@ -185,15 +185,7 @@ class StallWatcher:
     # -- the watcher thread -------------------------------------------------------------------
 
     def _run(self) -> None:
-        excluded, ident = self._sampler._excluded, threading.get_ident()
-        excluded.add(ident)
-        try:
-            self._watch()
-        finally:
-            try:
-                excluded.discard(ident)  # a host thread may get its ident next
-            except OSError:
-                pass
+        self._sampler._excluded.run_as_own(self._watch)
 
     def _watch(self) -> None:
         own_thread()
