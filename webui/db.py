@@ -217,7 +217,9 @@ class Database:
                 )
                 # About 250 bytes a stack, against the stack index's 400 and its text.
                 self._functions = FunctionIndex(
-                    query.stack_lines, max_bytes=self.stack_index_mb * 1_000_000 // 2
+                    query.stack_lines,
+                    max_bytes=self.stack_index_mb * 1_000_000 // 2,
+                    known_keys=self._index.keys_of,
                 )
                 if self.warm_hours > 0 or self.index_file is not None:
                     self.warmer = Warmer(

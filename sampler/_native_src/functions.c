@@ -46,13 +46,46 @@ typedef struct {
     Py_ssize_t mask, used;
 } name_table;
 
+/* Probes past this many slots give up on the table for that frame (its name is looked up in
+ * the dict instead, whose hash is seeded SipHash): names made to collide cost no more than
+ * the dict. */
+#define MAX_PROBES 64
+
+static uint64_t hash_seed;
+
+/* FNV-1a over the code points from a seed chosen once per process, then mixed (murmur3's
+ * finaliser) so that every bit counts in the table's low bits. */
 static uint64_t chars_hash(int kind, const void *data, Py_ssize_t start, Py_ssize_t end)
 {
-    uint64_t hash = 14695981039346656037ull; /* FNV-1a, over code points */
+    uint64_t hash = 14695981039346656037ull ^ hash_seed;
     for (Py_ssize_t i = start; i < end; i++) {
         hash = (hash ^ PyUnicode_READ(kind, data, i)) * 1099511628211ull;
     }
+    hash ^= hash >> 33;
+    hash *= 0xff51afd7ed558ccdull;
+    hash ^= hash >> 33;
+    hash *= 0xc4ceb9fe1a85ec53ull;
+    hash ^= hash >> 33;
     return hash;
+}
+
+static int seed_hash(void)
+{
+    if (hash_seed != 0) {
+        return 0;
+    }
+    PyObject *os = PyImport_ImportModule("os");
+    PyObject *bytes = os != NULL ? PyObject_CallMethod(os, "urandom", "i", 8) : NULL;
+    Py_XDECREF(os);
+    if (bytes == NULL) {
+        return -1;
+    }
+    if (PyBytes_Check(bytes) && PyBytes_GET_SIZE(bytes) == 8) {
+        memcpy(&hash_seed, PyBytes_AS_STRING(bytes), 8);
+    }
+    hash_seed |= 1; /* never 0 again: chosen once */
+    Py_DECREF(bytes);
+    return 0;
 }
 
 /* Whether ``name`` is the characters data[start:end] of a text of ``kind``. */
@@ -74,11 +107,13 @@ static int same_chars(PyObject *name, int kind, const void *data, Py_ssize_t sta
     return 1;
 }
 
-/* The slot of the name with ``hash`` and these characters, or the empty slot it would take. */
+/* The slot of the name with ``hash`` and these characters, or the empty slot it would take;
+ * NULL past MAX_PROBES slots. */
 static seen_name *table_find(name_table *t, PyObject *names, uint64_t hash, int kind,
                              const void *data, Py_ssize_t start, Py_ssize_t end)
 {
-    for (Py_ssize_t i = (Py_ssize_t)(hash & (uint64_t)t->mask);; i = (i + 1) & t->mask) {
+    Py_ssize_t i = (Py_ssize_t)(hash & (uint64_t)t->mask);
+    for (int probes = 0; probes < MAX_PROBES; probes++, i = (i + 1) & t->mask) {
         seen_name *slot = &t->slots[i];
         if (slot->number < 0 ||
             (slot->hash == hash && slot->number < PyList_GET_SIZE(names) &&
@@ -86,6 +121,7 @@ static seen_name *table_find(name_table *t, PyObject *names, uint64_t hash, int 
             return slot;
         }
     }
+    return NULL;
 }
 
 /* Makes room for one more name: at most half the slots used. */
@@ -133,10 +169,18 @@ static Py_ssize_t frame_number(PyObject *text, Py_ssize_t start, Py_ssize_t end,
     if (found != NULL) {
         number = PyLong_AsSsize_t(found);
     } else if (!PyErr_Occurred()) {
+        /* The dict first: a name in ``names`` only would be numbered twice by the next call. */
         number = PyList_GET_SIZE(names);
         PyObject *value = PyLong_FromSsize_t(number);
-        if (value == NULL || PyList_Append(names, name) < 0 ||
-            PyDict_SetItem(numbers, name, value) < 0) {
+        if (value == NULL || PyDict_SetItem(numbers, name, value) < 0) {
+            number = -1;
+        } else if (PyList_Append(names, name) < 0) {
+            PyObject *type, *error, *traceback;
+            PyErr_Fetch(&type, &error, &traceback);
+            if (PyDict_DelItem(numbers, name) < 0) {
+                PyErr_Clear();
+            }
+            PyErr_Restore(type, error, traceback);
             number = -1;
         }
         Py_XDECREF(value);
@@ -172,7 +216,7 @@ PyObject *native_number_functions(PyObject *module, PyObject *args)
     name_table table = {NULL, 0, 0};
     int *row = NULL;
     Py_ssize_t row_size = 0;
-    if (out == NULL || table_room(&table) < 0) {
+    if (out == NULL || seed_hash() < 0 || table_room(&table) < 0) {
         Py_DECREF(items);
         Py_XDECREF(out);
         return NULL;
@@ -189,15 +233,6 @@ PyObject *native_number_functions(PyObject *module, PyObject *args)
         Py_ssize_t length = PyUnicode_GET_LENGTH(text);
         int kind = PyUnicode_KIND(text);
         const void *data = PyUnicode_DATA(text);
-        if (length + 1 > row_size) { /* a stack has at most length + 1 frames */
-            int *grown = PyMem_Realloc(row, (size_t)(length + 1) * sizeof(int));
-            if (grown == NULL) {
-                PyErr_NoMemory();
-                goto failed;
-            }
-            row = grown;
-            row_size = length + 1;
-        }
         uint32_t stamp = (uint32_t)(i % 0xfffffffe) + 1;
         if (i > 0 && stamp == 1 && s.size) { /* the stamps wrapped: forget every mark */
             memset(s.seen, 0, (size_t)s.size * sizeof(uint32_t));
@@ -211,17 +246,19 @@ PyObject *native_number_functions(PyObject *module, PyObject *args)
             }
             uint64_t hash = chars_hash(kind, data, at + 1, end);
             seen_name *slot = table_find(&table, names, hash, kind, data, at + 1, end);
-            Py_ssize_t number = slot->number;
+            Py_ssize_t number = slot != NULL ? slot->number : -1;
             if (number < 0) {
                 number = frame_number(text, at + 1, end, numbers, names);
-                if (number >= 0 && number < PyList_GET_SIZE(names)) {
+                if (number >= 0 && number < PyList_GET_SIZE(names) && slot != NULL) {
                     if (table_room(&table) < 0) {
                         goto failed;
                     }
                     slot = table_find(&table, names, hash, kind, data, at + 1, end);
-                    slot->hash = hash;
-                    slot->number = number;
-                    table.used++;
+                    if (slot != NULL) {
+                        slot->hash = hash;
+                        slot->number = number;
+                        table.used++;
+                    }
                 }
             }
             if (number < 0 || number > INT_MAX || stamps_fit(&s, number + 1) < 0) {
@@ -231,6 +268,16 @@ PyObject *native_number_functions(PyObject *module, PyObject *args)
                 goto failed;
             }
             if (s.seen[number] != stamp) {
+                if (distinct == row_size) {
+                    Py_ssize_t size = row_size ? row_size * 2 : 64;
+                    int *grown = PyMem_Realloc(row, (size_t)size * sizeof(int));
+                    if (grown == NULL) {
+                        PyErr_NoMemory();
+                        goto failed;
+                    }
+                    row = grown;
+                    row_size = size;
+                }
                 s.seen[number] = stamp;
                 row[distinct++] = (int)number;
             }
@@ -290,8 +337,9 @@ PyObject *native_file_functions(PyObject *module, PyObject *args)
         return NULL;
     }
     Py_ssize_t count = PyList_GET_SIZE(stacks);
-    if (first < 0 || functions < 0 || first > INT_MAX - count) {
-        PyErr_SetString(PyExc_ValueError, "ordinals must fit an int, and counts be positive");
+    if (first < 0 || functions < 0 || functions > (Py_ssize_t)INT_MAX + 1 ||
+        (count > 0 && first > (Py_ssize_t)INT_MAX - (count - 1))) {
+        PyErr_SetString(PyExc_ValueError, "ordinals and numbers must fit an int, and be positive");
         return NULL;
     }
     /* Counting sort: how many stacks each function holds and ends, then the ordinals in place. */

@@ -9,7 +9,7 @@ import pytest
 from collector.functions import FunctionSamples
 from webui import functable
 from webui.functable import FunctionIndex
-from webui.model import top_functions
+from webui.model import StackIndex, top_functions
 
 NATIVE = functable._native_functions()
 
@@ -101,3 +101,17 @@ def test_the_bound_starts_over_and_warming_stays_within_its_share() -> None:
     counts = dict.fromkeys(ids[100:], 1)  # a window beyond the bound: held alone
     assert index.table(counts) == FunctionSamples.of(by_text(texts, counts))
     assert len(index) == 100
+
+
+def test_stacks_the_stack_index_knows_are_not_read_again() -> None:
+    texts = fleet(300)
+    stacks = StackIndex(Reader(texts))
+    ids = sorted(texts)
+    stacks.arrange([dict.fromkeys(ids[:200], 1)])  # a view read these
+    stacks.arrange([{42: 1}])  # not stored when viewed: known by a placeholder
+    texts[42] = "m:main;late:f"  # stored since
+    store = Reader(texts)
+    index = FunctionIndex(store, known_keys=stacks.keys_of)
+    counts = dict.fromkeys([*ids, 42], 1)
+    assert index.table(counts) == FunctionSamples.of(by_text(texts, counts))
+    assert store.reads == [101]  # what the stack index lacked, and the placeholder again

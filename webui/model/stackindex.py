@@ -12,7 +12,7 @@ import threading
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from itertools import accumulate, compress
+from itertools import accumulate, compress, repeat
 from operator import itemgetter
 
 from collector.functions import FunctionSamples, count_frames
@@ -47,6 +47,8 @@ _MIN_BOUNDS = 50_000
 LOAD_WAIT = 10.0
 # New keys fewer than 1/_FEW of the known are merged in by bisection rather than by sorting.
 _FEW = 16
+# How the key of a stack the store lacked begins (collector.query.unknown_stack).
+_PLACEHOLDER = unknown_stack(0).removesuffix("0]")
 
 
 _State = tuple[list[str], list[int], dict[int, int], Bounds]
@@ -90,6 +92,18 @@ class StackIndex:
         them: they are the index's own, replaced whole as it learns)."""
         keys, ids, _, _ = self._state
         return keys, ids
+
+    def keys_of(self, ids: list[int]) -> tuple[list[int], list[str]]:
+        """Returns those of ``ids`` it knows and their sort keys, without reading anything:
+        the function index asks here before the store. Placeholders of stacks the store
+        lacked are left out (asked of the store again)."""
+        keys, _, rank, _ = self._state
+        known = [sid for sid in ids if sid in rank]
+        found = [keys[rank[sid]] for sid in known]
+        if any(map(str.startswith, found, repeat(_PLACEHOLDER))):
+            kept = [i for i, sid in enumerate(known) if found[i] != sort_key(unknown_stack(sid))]
+            known, found = [known[i] for i in kept], [found[i] for i in kept]
+        return known, found
 
     def saved_form(self) -> tuple[list[str], list[int]]:
         """Returns what load() takes: known() without the stacks the store did not have
