@@ -101,7 +101,7 @@ class StackIndex:
         known = [sid for sid in ids if sid in rank]
         found = [keys[rank[sid]] for sid in known]
         if any(map(str.startswith, found, repeat(_PLACEHOLDER))):
-            kept = [i for i, sid in enumerate(known) if found[i] != sort_key(unknown_stack(sid))]
+            kept = [i for i, sid in enumerate(known) if found[i] != unknown_stack(sid)]
             known, found = [known[i] for i in kept], [found[i] for i in kept]
         return known, found
 
@@ -112,7 +112,7 @@ class StackIndex:
         unknown = {
             i
             for i, key in enumerate(keys)
-            if key.startswith("[unknown stack ") and key == unknown_stack(ids[i])
+            if key.startswith(_PLACEHOLDER) and key == unknown_stack(ids[i])
         }
         if unknown:
             keys = [key for i, key in enumerate(keys) if i not in unknown]
