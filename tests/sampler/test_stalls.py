@@ -166,8 +166,19 @@ def test_threads_taking_turns_with_the_gil_are_contention_not_a_thread_that_did_
         stalls = stalls_of(s, "gil")
         sampler.stop()
     assert stalls
-    for stall in stalls:
-        assert stall["what"] == "the GIL held" or stall["what"].startswith("the GIL contended")
+    # A holder the OS took off its CPU for the whole wait did not run: on a loaded machine one
+    # stall may say so truthfully (CI once: "it ran 1 of 31 ms ... waiting for a CPU"). The
+    # misreading this guards against named every stall of the turns so; most must be
+    # contention, or held.
+    not_running = [
+        stall for stall in stalls if stall["what"].startswith("the GIL held by a thread that")
+    ]
+    assert all(
+        stall["what"] == "the GIL held" or stall["what"].startswith("the GIL contended")
+        for stall in stalls
+        if stall not in not_running
+    ), stalls
+    assert len(not_running) * 3 <= len(stalls), stalls
     assert any(stall["what"].startswith("the GIL contended") for stall in stalls)
 
 
