@@ -44,6 +44,7 @@ typedef struct {
     /* The count as each of the last drains began, and when (see collect). */
     drain_mark marks[DRAIN_MARKS];
     unsigned next_mark;
+    uint64_t drain_ns; /* when the drain at hand began */
 } free_log;
 
 static void *code_ring[16384];
@@ -203,8 +204,10 @@ static void collect(free_log *log)
      * a function per call, and building the whole log's lookup at every drain (65,536 frees,
      * 2 MB cleared) cost most of the drain's time under a template engine compiling code per
      * request. */
-    uint64_t now_ns = monotonic_ns(), latest = 0;
-    uint64_t before = now_ns > WALK_MARGIN_NS ? now_ns - WALK_MARGIN_NS : 0;
+    /* Counted from when the drain began, not from this first lookup: a drain kept waiting
+     * for the GIL must not take its own mark (its records' walks are older still). */
+    uint64_t began_ns = log->drain_ns != 0 ? log->drain_ns : monotonic_ns(), latest = 0;
+    uint64_t before = began_ns > WALK_MARGIN_NS ? began_ns - WALK_MARGIN_NS : 0;
     for (int i = 0; i < DRAIN_MARKS; i++) {
         const drain_mark *mark = &log->marks[i];
         if (mark->at_ns != 0 && mark->at_ns <= before && mark->total > latest) {
@@ -285,7 +288,7 @@ int freed_function_since(const void *ptr, uint64_t since)
 static void drain_begins(free_log *log, uint64_t now_ns)
 {
     drain_mark *mark = &log->marks[log->next_mark++ % DRAIN_MARKS];
-    mark->at_ns = now_ns;
+    mark->at_ns = log->drain_ns = now_ns;
     mark->total = atomic_load_explicit(&log->total, memory_order_acquire);
 }
 
