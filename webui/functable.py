@@ -21,7 +21,7 @@ from array import array
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from itertools import accumulate, chain, repeat
+from itertools import accumulate, chain, compress, repeat
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -94,6 +94,14 @@ def _chunks(texts: list[str], chars: int) -> Iterator[list[str]]:
             end += 1
         yield texts[start:end]
         start = end
+
+
+def _joined(arrays: list[array[int]]) -> array[int]:
+    """Returns one array holding these arrays of 4-byte ints one after another, joined as
+    bytes: ~50x faster than an array made from their items (7 million for 200,000 stacks)."""
+    joined = array("i")
+    joined.frombytes(b"".join(map(array.tobytes, arrays)))
+    return joined
 
 
 def _split(values: array[int], ends: list[int]) -> list[array[int]]:
@@ -223,23 +231,19 @@ class FunctionIndex:
             functions = list(self._functions)
             names = list(self._names)
             # The functions' arrays do grow: copied whole, here.
-            by_function = [array("i", chain.from_iterable(self._stacks_of))]
-            by_function.append(array("i", map(len, self._stacks_of)))
-            by_function.append(array("i", chain.from_iterable(self._leaf_of)))
-            by_function.append(array("i", map(len, self._leaf_of)))
-        kept = [
-            o
-            for o, numbers in enumerate(functions)
-            if len(numbers) != 1 or names[numbers[0]] != unknown_stack(ids[o])
-        ]
-        if len(kept) < len(ids):
+            by_function = [_joined(self._stacks_of), array("i", map(len, self._stacks_of))]
+            by_function += [_joined(self._leaf_of), array("i", map(len, self._leaf_of))]
+        lengths = array("i", map(len, functions))
+        # A placeholder is a stack's only function: only those stacks are looked at.
+        alone = compress(range(len(functions)), map((1).__eq__, lengths))
+        unknown = {o for o in alone if names[functions[o][0]] == unknown_stack(ids[o])}
+        if unknown:
+            kept = [o for o in range(len(ids)) if o not in unknown]
             ids = [ids[o] for o in kept]
             functions = [functions[o] for o in kept]
+            lengths = array("i", map(len, functions))
             by_function = [array("i")] * 4  # their ordinals changed
-        lengths = array("i", map(len, functions))
-        return SavedFunctions(
-            ids, lengths, array("i", chain.from_iterable(functions)), names, *by_function
-        )
+        return SavedFunctions(ids, lengths, _joined(functions), names, *by_function)
 
     def load(self, saved: SavedFunctions, *, share: float = 0.8) -> int:
         """Adds saved functions (see saved_form) to an empty index, as many stacks as fit in
