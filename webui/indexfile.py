@@ -30,7 +30,7 @@ import tempfile
 import time
 import zlib
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import islice
 from operator import le
 from pathlib import Path
@@ -67,6 +67,10 @@ class IndexFileError(Exception):
     """A saved index that cannot be read: it is ignored."""
 
 
+def _go_on() -> None:
+    """A save's pause that never waits."""
+
+
 def path_for(directory: str | os.PathLike[str], url: str, kind: str = "stacks") -> Path:
     """Returns the file a database's stack index (or, with ``kind="functions"``, its
     function index) is saved in: one per database URL."""
@@ -74,30 +78,39 @@ def path_for(directory: str | os.PathLike[str], url: str, kind: str = "stacks") 
     return Path(directory) / f"{kind}-{hashlib.sha256(shown.encode()).hexdigest()[:16]}.idx"
 
 
-def save(path: Path, keys: Sequence[str], ids: Sequence[int]) -> int:
+def save(
+    path: Path, keys: Sequence[str], ids: Sequence[int], *, pause: Callable[[], None] = _go_on
+) -> int:
     """Writes sort keys in order and their ids to ``path`` (replaced whole, atomically, so
-    readers see the old file or the new one); returns the bytes written."""
+    readers see the old file or the new one); returns the bytes written. ``pause()`` is
+    called before each block (~0.15 s of work): it may wait, or raise to give up the save
+    (the old file stays)."""
 
     def write(out) -> None:  # type: ignore[no-untyped-def]
         out.write(MAGIC + _COUNT.pack(len(keys)))
         for i in range(0, len(keys), BLOCK):
+            pause()
             _write_block(out, keys[i : i + BLOCK], ids[i : i + BLOCK])
         _write_block(out, [], [])
 
     return _replace(path, write)
 
 
-def save_functions(path: Path, saved: SavedFunctions) -> int:
-    """Writes a function index's saved form to ``path``, as save() does; returns the bytes
-    written."""
+def save_functions(path: Path, saved: SavedFunctions, *, pause: Callable[[], None] = _go_on) -> int:
+    """Writes a function index's saved form to ``path``, as save() does (``pause()`` before
+    each section); returns the bytes written."""
 
     def write(out) -> None:  # type: ignore[no-untyped-def]
         out.write(FUNCTIONS_MAGIC)
+        pause()
         _write_section(out, _packed("q", saved.ids))
         for values in saved[1:3]:
+            pause()
             _write_section(out, _packed("i", values))
+        pause()
         _write_section(out, "\n".join(saved.names).encode("utf-8", "surrogatepass"))
         for values in saved[4:]:
+            pause()
             _write_section(out, _packed("i", values))
 
     return _replace(path, write)

@@ -9,8 +9,9 @@ one short read, until 80% of the index's bound is used; then the same stacks' fu
 the function index (webui.functable), so the first function table is as fast too. It works
 only while no request is served: a request learns what it lacks itself, and faster without
 warming beside it. With a file, it then saves the index whenever it has learned more, at
-most every SAVE_EVERY seconds, while no request is served; after a save that failed, less
-often each time (up to an hour), until one succeeds.
+most every SAVE_EVERY seconds, while no request is served (a save stops between its pieces
+while one is); after a save that failed, less often each time (up to an hour), until one
+succeeds.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from collector.query import Query
@@ -39,6 +41,10 @@ SHARE = 0.8
 SAVE_EVERY = 300.0  # seconds between looks at whether the index has learned stacks to save
 RETRY_CEILING = 3600.0  # the longest wait before trying again after saves failed
 _log = logging.getLogger(__name__)
+
+
+class _Stopped(Exception):
+    """Warming was stopped in the middle of a save: it is given up, the old file kept."""
 
 
 def save_wait(save_every: float, failures: int) -> float:
@@ -149,6 +155,12 @@ class Warmer:
             pass
         return self._stop.is_set()
 
+    def _pause(self) -> None:
+        """Between pieces of a save: waits while a request is served (a save of 200,000
+        stacks takes ~1 s of the interpreter); raises _Stopped when warming was stopped."""
+        if self._paused_or_stopped():
+            raise _Stopped
+
     def _load(self, path: Path) -> None:
         """Loads the index a process saved earlier into the (empty) index."""
         began = time.monotonic()
@@ -208,12 +220,14 @@ class Warmer:
                 and self.functions.generation != self._saved_functions
             )
             if stacks or functions:
-                if self._paused_or_stopped():
-                    return
                 assert self.index_file is not None
-                saved = not stacks or self._save(self.index_file)
-                if saved and functions and self.functions_file is not None:
-                    saved = self._save_functions(self.functions_file)
+                try:
+                    self._pause()
+                    saved = not stacks or self._save(self.index_file)
+                    if saved and functions and self.functions_file is not None:
+                        saved = self._save_functions(self.functions_file)
+                except _Stopped:
+                    return
                 failures = 0 if saved else min(failures + 1, 30)
             wait = save_wait(self.save_every, failures)
 
@@ -226,12 +240,13 @@ class Warmer:
             # make for nothing (~0.7 s for 200,000 stacks, shared with any request meanwhile).
             self._saved_functions = generation
             return True
+        self._pause()
         saved = self.functions.saved_form()
         done = self._write(
             path,
             "function index",
             len(saved.ids),
-            lambda: indexfile.save_functions(path, saved),
+            partial(indexfile.save_functions, path, saved, pause=self._pause),
         )
         if done is not False:
             self._saved_functions = generation
@@ -242,7 +257,8 @@ class Warmer:
         """Saves the stack index; tells whether it is saved (or needed no saving)."""
         generation = self.index.generation
         keys, ids = self.index.saved_form()
-        done = self._write(path, "stack index", len(ids), lambda: indexfile.save(path, keys, ids))
+        write = partial(indexfile.save, path, keys, ids, pause=self._pause)
+        done = self._write(path, "stack index", len(ids), write)
         if done is not False:
             self._saved_generation = generation
             self.saves += bool(done)

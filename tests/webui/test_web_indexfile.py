@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import random
+import threading
 import time
 from pathlib import Path
 
@@ -62,6 +63,87 @@ def test_a_saved_index_loads_as_it_was(tmp_path, monkeypatch):
     arranged, expected = loaded.arrange([window]), index.arrange([window])
     assert (arranged.keys, arranged.values) == (expected.keys, expected.values)
     assert loaded.folded(window) == index.folded(window) and reader.asked == []
+
+
+class GivenUp(Exception):
+    pass
+
+
+def test_a_save_pauses_before_each_block_and_can_be_given_up(tmp_path, monkeypatch):
+    monkeypatch.setattr(indexfile, "BLOCK", 10)
+    keys, ids = learned_index(catalogue(random.Random(5), 100)).known()
+    path = tmp_path / "stacks.idx"
+    pauses: list[int] = []
+    indexfile.save(path, keys[:50], ids[:50], pause=lambda: pauses.append(1))
+    assert len(pauses) == 5
+
+    def give_up_at_the_third() -> None:
+        pauses.append(1)
+        if len(pauses) == 8:
+            raise GivenUp
+
+    with pytest.raises(GivenUp):
+        indexfile.save(path, keys, ids, pause=give_up_at_the_third)
+    # The old file whole, and no temporary file left.
+    assert indexfile.load(path) == (keys[:50], ids[:50])
+    assert [p.name for p in tmp_path.iterdir()] == ["stacks.idx"]
+
+
+def test_a_save_waits_between_blocks_while_a_request_is_served(fleet_url, tmp_path, monkeypatch):
+    monkeypatch.setattr(indexfile, "BLOCK", 1)
+    database = Database(fleet_url, warm_hours=0, index_dir=str(tmp_path), save_every=0.05)
+    blocks: list[tuple[int, bool, float]] = []  # its stacks, idle then, when written
+    ended: list[float] = []
+    real = indexfile._write_block
+
+    def end_request() -> None:
+        ended.append(time.monotonic())
+        database.serving(-1)
+
+    def write_block(out, keys, ids) -> None:  # type: ignore[no-untyped-def]
+        if not blocks:  # a request comes as the first block is written, served for 0.3 s
+            database.serving(1)
+            threading.Timer(0.3, end_request).start()
+        blocks.append((len(keys), database.idle(), time.monotonic()))
+        real(out, keys, ids)
+
+    monkeypatch.setattr(indexfile, "_write_block", write_block)
+    try:
+        database.profile(HOUR)  # stacks learned after warming (none): saved later
+        warmer = database.warmer
+        assert warmer is not None and eventually(lambda: warmer.saves) == 1
+    finally:
+        database.close()
+    (path,) = tmp_path.glob("stacks-*.idx")
+    assert indexfile.count_in(path) == sum(count for count, _, _ in blocks) >= 3
+    # Not one block more while the request was served: the rest waited for its end.
+    assert all(idle and at >= ended[0] for _, idle, at in blocks[1:])
+
+
+def test_a_save_waiting_for_a_request_is_given_up_when_the_server_stops(
+    fleet_url, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(indexfile, "BLOCK", 1)
+    database = Database(fleet_url, warm_hours=0, index_dir=str(tmp_path), save_every=0.05)
+    begun = threading.Event()
+    real = indexfile._write_block
+
+    def write_block(out, keys, ids) -> None:  # type: ignore[no-untyped-def]
+        if not begun.is_set():  # a request still served when the server stops
+            database.serving(1)
+            begun.set()
+        real(out, keys, ids)
+
+    monkeypatch.setattr(indexfile, "_write_block", write_block)
+    try:
+        database.profile(HOUR)
+        warmer = database.warmer
+        assert warmer is not None and begun.wait(30)
+    finally:
+        began = time.monotonic()
+        database.close()
+    assert time.monotonic() - began < 5 and warmer.saves == 0
+    assert list(tmp_path.iterdir()) == []  # nothing saved, no temporary file left
 
 
 def test_loading_stops_at_the_share_of_the_bound(tmp_path, monkeypatch):
