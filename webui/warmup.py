@@ -36,6 +36,10 @@ HOUR = 3600
 CHUNK = 50_000  # stacks learned at a time: a request needing the index waits for one at most
 FUNCTION_CHUNK = 5_000  # stacks whose functions are numbered at a time (~20 ms)
 IDLE_WAIT = 0.05  # seconds between looks for a moment without requests
+# The longest a save waits in all for moments without requests, then it goes on beside them:
+# a busy server would otherwise keep its copy of the index (100 MB for 200,000 stacks) and a
+# temporary file that a sibling removes as stale (indexfile.STALE_TEMPORARY).
+SAVE_PATIENCE = 60.0
 # Of the index's bound: the rest is room for windows older than the warm-up's.
 SHARE = 0.8
 SAVE_EVERY = 300.0  # seconds between looks at whether the index has learned stacks to save
@@ -90,6 +94,7 @@ class Warmer:
         # Files that could not be read: replaced at the next save, however many they hold.
         self._unreadable: set[Path] = set()
         self._failing: set[Path] = set()  # files whose last save failed (warned of once)
+        self._save_until = 0.0  # the monotonic time a save stops waiting for requests
         self._stop = threading.Event()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
@@ -149,16 +154,18 @@ class Warmer:
         if self.index_file is not None:
             self._keep_saved()
 
-    def _paused_or_stopped(self) -> bool:
-        """Waits while a request is being served; tells whether warming was stopped."""
-        while not self.idle() and not self._stop.wait(IDLE_WAIT):
+    def _paused_or_stopped(self, until: float = float("inf")) -> bool:
+        """Waits while a request is being served (up to the monotonic time ``until``); tells
+        whether warming was stopped."""
+        while not self.idle() and time.monotonic() < until and not self._stop.wait(IDLE_WAIT):
             pass
         return self._stop.is_set()
 
     def _pause(self) -> None:
         """Between pieces of a save: waits while a request is served (a save of 200,000
-        stacks takes ~1 s of the interpreter); raises _Stopped when warming was stopped."""
-        if self._paused_or_stopped():
+        stacks takes ~1 s of the interpreter), SAVE_PATIENCE seconds at most in all for the
+        save; raises _Stopped when warming was stopped."""
+        if self._paused_or_stopped(self._save_until):
             raise _Stopped
 
     def _load(self, path: Path) -> None:
@@ -221,6 +228,7 @@ class Warmer:
             )
             if stacks or functions:
                 assert self.index_file is not None
+                self._save_until = time.monotonic() + SAVE_PATIENCE
                 try:
                     self._pause()
                     saved = not stacks or self._save(self.index_file)

@@ -18,7 +18,7 @@ from webhelpers import T0
 
 from collector.functions import FunctionSamples
 from sampler.profile.frames import escape_frame
-from webui import indexfile
+from webui import indexfile, warmup
 from webui.db import Database
 from webui.functable import FunctionIndex
 from webui.model import StackIndex, top_functions
@@ -144,6 +144,24 @@ def test_a_save_waiting_for_a_request_is_given_up_when_the_server_stops(
         database.close()
     assert time.monotonic() - began < 5 and warmer.saves == 0
     assert list(tmp_path.iterdir()) == []  # nothing saved, no temporary file left
+
+
+def test_a_save_waits_for_requests_only_so_long(fleet_url, tmp_path, monkeypatch):
+    monkeypatch.setattr(indexfile, "BLOCK", 1)
+    monkeypatch.setattr(warmup, "SAVE_PATIENCE", 0.3)
+    database = Database(fleet_url, warm_hours=0, index_dir=str(tmp_path), save_every=0.05)
+    database.serving(1)  # a request served all along: a server that is never idle
+    try:
+        began = time.monotonic()
+        database.profile(HOUR)
+        warmer = database.warmer
+        assert warmer is not None and eventually(lambda: warmer.saves) == 1
+        # It waited (once for the whole save), then saved beside the request.
+        assert 0.3 <= time.monotonic() - began < 10
+    finally:
+        database.close()
+    (path,) = tmp_path.glob("stacks-*.idx")
+    assert indexfile.count_in(path) >= 3
 
 
 def test_loading_stops_at_the_share_of_the_bound(tmp_path, monkeypatch):
