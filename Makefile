@@ -39,6 +39,12 @@ system-deps:
 demo: setup
 	$(BIN)/python deploy/demo/run.py $(DEMO_ARGS)
 
+# Bytecode is cached even where the environment says not to (PYTHONDONTWRITEBYTECODE): the
+# suite starts hundreds of Python processes (servers, workers, the demo), and compiling the
+# project's modules anew in each, and rewriting every test module's asserts at each collection,
+# cost ~1 minute of a run. __pycache__ is ignored by git.
+test: export PYTHONDONTWRITEBYTECODE =
+
 # Most tests on two processes at once, then those marked `alone` (they measure time or sampled
 # shares, which a test busy on the other core would skew) one at a time; both parts always run.
 test: setup system-deps
