@@ -24,7 +24,7 @@ import sqlalchemy as sa
 
 from collector.store import schema
 from collector.store.packing import pack, unpack
-from collector.store.tiers import Tier, TierState
+from collector.store.tiers import ChunkPace, Tier, TierState
 from sampler.profile import align_down, align_up
 
 if TYPE_CHECKING:
@@ -92,11 +92,12 @@ def fold(store: Store, now: int) -> None:
     """Folds every fleet tier up to date, finest first."""
     for i, tier in enumerate(store.fleet_tiers):
         finer = store.fleet_tiers[i - 1] if i else None
-        while _fold_chunk(store, tier, finer, now):
+        pace = ChunkPace()
+        while _fold_chunk(store, tier, finer, now, pace):
             pass
 
 
-def _fold_chunk(store: Store, tier: Tier, finer: Tier | None, now: int) -> bool:
+def _fold_chunk(store: Store, tier: Tier, finer: Tier | None, now: int, pace: ChunkPace) -> bool:
     """Folds the next chunk of a fleet tier; returns False when it is up to date."""
     with store.engine.write_transaction() as conn:
         states = {s.width: s for s in fleet_states(store, conn, lock="update")}
@@ -117,13 +118,15 @@ def _fold_chunk(store: Store, tier: Tier, finer: Tier | None, now: int) -> bool:
         if first is None:
             end = high  # nothing stored there: just move the watermark
         else:
-            end = min(high, align_down(first, tier.width) + _chunk(tier.width, from_fleet))
+            chunk = pace.span(_chunk(tier.width, from_fleet))
+            end = min(high, align_down(first, tier.width) + chunk)
             if from_fleet:
                 assert finer is not None
                 sums = _sums_of_fleet(conn, finer.width, tier.width, start, end)
             else:
                 sums = _sums_of_instances(conn, tier.width, start, end)
             _insert(conn, tier.width, sums)
+            pace.done(sum(map(len, sums.values())))
         kept_from = state.kept_from if state.rolled_to > state.kept_from else start
         conn.execute(
             sa.update(schema.fleet_tiers)
@@ -167,8 +170,9 @@ def _first_bucket(
 
 
 def _chunk(width: int, from_fleet: bool) -> int:
-    """Seconds folded per transaction: ten buckets of instance rows (ten minutes of the
-    minute rows: what a rollup run every 5 minutes finds), six hours of finer fleet rows."""
+    """The least seconds folded per transaction: ten buckets of instance rows (ten minutes of
+    the minute rows: what a rollup run every 5 minutes finds), six hours of finer fleet rows;
+    more while a backlog's chunks come back small (see ChunkPace)."""
     if from_fleet:
         return max(width, 6 * 3600)
     return width * 10

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from collector.store import fleet, schema
-from collector.store.tiers import FAR_FUTURE, Tier
+from collector.store.tiers import FAR_FUTURE, ChunkPace, Tier
 from sampler.profile import align_down, align_up
 
 if TYPE_CHECKING:
@@ -41,7 +41,8 @@ def rollup(store: Store, now: int) -> None:
     """Rolls every tier up into the next, expires non-final tiers and creates partitions ahead."""
     _create_ahead(store, now)
     for source, target in pairwise(store.tiers):
-        while _rollup_chunk(store, source, target, now):
+        pace = ChunkPace()
+        while _rollup_chunk(store, source, target, now, pace):
             pass
     fleet.fold(store, now)
     _expire_tiers(store, now)
@@ -58,7 +59,7 @@ def _create_ahead(store: Store, now: int) -> None:
         store.engine.ensure_partitions(tier.width, buckets)
 
 
-def _rollup_chunk(store: Store, source: Tier, target: Tier, now: int) -> bool:
+def _rollup_chunk(store: Store, source: Tier, target: Tier, now: int, pace: ChunkPace) -> bool:
     """Materialises the next chunk of `target` from `source`; returns False when up to date."""
     engine = store.engine
     with engine.read_transaction() as conn:
@@ -79,7 +80,7 @@ def _rollup_chunk(store: Store, source: Tier, target: Tier, now: int) -> bool:
     if first is None:
         end = limit  # nothing to roll up: just move the watermark
     else:
-        chunk = max(target.width, 3600)
+        chunk = pace.span(max(target.width, 3600))
         end = min(limit, align_down(first, target.width) + chunk)
         engine.ensure_partitions(
             target.width, set(range(align_down(first, target.width), end, target.width))
@@ -89,9 +90,10 @@ def _rollup_chunk(store: Store, source: Tier, target: Tier, now: int) -> bool:
         if states[target.width].rolled_to != start:
             return True  # another collector moved it meanwhile: look again
         if first is not None:
-            conn.execute(
+            written = conn.execute(
                 _ROLLUP, {"dst": target.width, "src": source.width, "start": start, "end": end}
             )
+            pace.done(written.rowcount)
         conn.execute(
             sa.update(schema.tiers)
             .where(schema.tiers.c.width == target.width)

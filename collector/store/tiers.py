@@ -21,6 +21,7 @@ from sampler.profile import align_down, align_up
 
 __all__ = [
     "DAY",
+    "ChunkPace",
     "DEFAULT_ROLLUPS",
     "FLEET_WIDTHS",
     "Segment",
@@ -38,6 +39,33 @@ DEFAULT_ROLLUPS: tuple[tuple[int, int], ...] = ((600, DAY), (3600, 7 * DAY))
 # a few of their rows instead of one per hour.
 FLEET_WIDTHS = (6 * 3600, DAY)
 FAR_FUTURE = 2**62
+
+
+class ChunkPace:
+    """How much time the next chunk of a rollup covers, as a multiple of its least span.
+
+    A rollup commits a chunk at a time (a small transaction each). Its least span suits the
+    usual run, every few minutes; a backlog (days of a sparse fleet, a collector that was
+    down, a database from before a tier) would then take thousands of transactions. So the
+    span doubles after a chunk of few rows, up to ``most`` times the least, and halves after
+    one of many: a transaction stays near ``rows`` rows however dense the data.
+    """
+
+    def __init__(self, rows: int = 50_000, most: int = 64) -> None:
+        self.rows = rows
+        self.most = most
+        self.factor = 1
+
+    def span(self, least: int) -> int:
+        """The next chunk's span: ``least`` (a multiple of the tier's width) times the factor."""
+        return least * self.factor
+
+    def done(self, rows: int) -> None:
+        """Takes the number of rows the last chunk wrote."""
+        if rows < self.rows // 4:
+            self.factor = min(self.factor * 2, self.most)
+        elif rows > self.rows:
+            self.factor = max(self.factor // 2, 1)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import sqlalchemy as sa
 from storehelpers import T0, row, sparse_rows, store_fixture, write_all  # noqa: F401
 
 from collector.query import Filters, Query
-from collector.store import Store
+from collector.store import Store, tiers
 from collector.store.tiers import DAY
 
 HOUR = 3600
@@ -120,6 +120,63 @@ def test_a_rollup_interrupted_by_an_error_is_finished_by_the_next_run(store: Sto
     assert profiles(store) == before
     store.rollup(NOW)
     assert profiles(store) == before
+
+
+def inserts_of(store: Store, run) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """Runs ``run()`` and counts the chunks it wrote: rollup and fleet-fold inserts."""
+    counts = {"rollups": 0, "folds": 0}
+
+    def count(conn, cursor, statement, *args):  # type: ignore[no-untyped-def]
+        statement = statement.lstrip()
+        if statement.startswith("INSERT INTO samples") and "SUM(count)" in statement:
+            counts["rollups"] += 1
+        elif statement.startswith("INSERT INTO fleet_samples"):
+            counts["folds"] += 1
+
+    engine = store.engine.sa_engine
+    sa.event.listen(engine, "before_cursor_execute", count)
+    try:
+        run()
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", count)
+    return counts
+
+
+def test_a_sparse_backlog_is_rolled_up_in_few_chunks(store: Store) -> None:
+    # Ten days of a sparse fleet at one hour (instance tiers) or ten minutes (fleet tiers) a
+    # chunk were 480 rollup and ~1,160 fold transactions: 12 s on PostgreSQL, 3.5 s on SQLite.
+    fill(store)
+    before = profiles(store)
+    chunks = inserts_of(store, lambda: store.rollup(NOW))
+    assert chunks["rollups"] <= 30 and chunks["folds"] <= 80, chunks
+    assert profiles(store) == before
+
+
+def test_a_dense_backlog_keeps_its_chunks_small(store: Store, monkeypatch) -> None:
+    # Chunks that write more rows than a transaction should hold never grow: with a budget of
+    # 5 rows every chunk writes more, so every hour is a chunk of its own, as before the pace.
+    monkeypatch.setattr("collector.store.maintenance.ChunkPace", lambda: tiers.ChunkPace(rows=5))
+    monkeypatch.setattr("collector.store.fleet.ChunkPace", lambda: tiers.ChunkPace(rows=5))
+    fill(store, days=3)
+    before = profiles(store)
+    chunks = inserts_of(store, lambda: store.rollup(NOW))
+    assert chunks["rollups"] >= 2 * 70, chunks  # ~72 hours, for the 10-minute and hourly tiers
+    assert profiles(store) == before
+
+
+def test_the_pace_doubles_after_small_chunks_and_halves_after_large_ones() -> None:
+    pace = tiers.ChunkPace(rows=1000, most=8)
+    assert pace.span(3600) == 3600
+    for expected in (2, 4, 8, 8):
+        pace.done(249)  # under a quarter of the budget
+        assert pace.span(600) == 600 * expected
+    pace.done(250)  # between a quarter and the budget: kept
+    assert pace.factor == 8
+    pace.done(1001)
+    assert pace.factor == 4
+    for _ in range(5):
+        pace.done(10**6)
+    assert pace.span(60) == 60
 
 
 def test_late_rows_behind_the_rollup_are_counted_once(store: Store) -> None:
