@@ -10,6 +10,7 @@ replicate).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import runpy
 import sys
@@ -150,6 +151,10 @@ def run(argv: list[str]) -> int:
         if problem:
             print(f"python -m sampler run: {problem}", file=sys.stderr)
             return 2
+    problem = _target_problem(options.target, options.module)
+    if problem:
+        print(f"python -m sampler run: {problem}", file=sys.stderr)
+        return 2
     overrides: dict[str, Any] = {name: getattr(options, name) for name in _OPTIONS}
     if overrides["port"] is None:
         overrides["port"] = "none"
@@ -202,6 +207,19 @@ def _hide_launcher(engine: str) -> None:
         frame = frame.f_back
     for function in (runpy.run_path, runpy.run_module, runpy._run_module_code, runpy._run_code):  # type: ignore[attr-defined]
         hide_code(function.__code__, engine)
+
+
+def _target_problem(target: str, module: bool) -> str | None:
+    """Says what is wrong with the program to run, before the sampler starts for it."""
+    if module:
+        try:
+            found = importlib.util.find_spec(target)
+        except (ImportError, ValueError) as exc:
+            return f"cannot find module {target!r}: {exc}"
+        return None if found is not None else f"no module named {target!r}"
+    if not os.path.exists(target):
+        return f"no such file: {target!r} (a script, a directory or zip with __main__.py; -m MODULE for a module)"
+    return None
 
 
 def _periods_problem(output: str | None, every: float) -> str | None:

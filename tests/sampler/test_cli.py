@@ -87,6 +87,30 @@ def test_bad_option_is_a_clear_error(tmp_path):
     assert "mode" in result.stderr and "cpu" in result.stderr
 
 
+@pytest.mark.parallel
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["run", "--port", "0", "missing.py"], "no such file: 'missing.py'"),
+        (["bogus"], "no such file: 'bogus'"),  # `run` may be left out: a mistyped command
+        (["run", "-m", "no_such_module.inner"], "cannot find module 'no_such_module.inner'"),
+        (["run", "--port", "0", "-m", "no_such_module"], "no module named 'no_such_module'"),
+    ],
+)
+def test_a_program_that_is_not_there_is_a_clear_error_before_sampling(tmp_path, args, said):
+    result = subprocess.run(
+        [sys.executable, "-m", "sampler", *args],
+        env=env(),
+        cwd=tmp_path,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2, result
+    assert said in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert "sampling" not in result.stderr  # it said nothing of an endpoint it never served
+
+
 @pytest.mark.skipif(
     shutil.which("py-spy") is None
     and not (__import__("pathlib").Path(sys.executable).parent / "py-spy").exists(),
