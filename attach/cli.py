@@ -13,6 +13,7 @@ from typing import Any
 from attach.agent import Attacher, serve
 from attach.pyspy import EXIT_GONE
 from collector.logs import log_event, setup_logging
+from sampler.settings import port
 
 __all__ = ["build_parser", "main"]
 
@@ -33,7 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="regex on process command lines; the oldest match, re-resolved when it exits",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to serve on [127.0.0.1]")
-    parser.add_argument("--port", type=int, default=8021, help="port to serve on, 0 for any [8021]")
+    parser.add_argument(
+        "--port", type=port, default=8021, help="port to serve on, 0 for any [8021]"
+    )
     parser.add_argument("--window", type=float, default=10.0, help="seconds per py-spy run [10]")
     parser.add_argument("--rate", type=int, default=100, help="samples per second [100]")
     parser.add_argument("--idle", action="store_true", help="wall mode: include idle threads")

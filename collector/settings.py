@@ -22,6 +22,7 @@ from sampler.settings import (
     declare,
     integer,
     labels,
+    listen_address,
     number,
     read_toml,
     string,
@@ -158,7 +159,7 @@ SETTINGS: tuple[Setting, ...] = declare(
     ),
     Setting(
         "health_listen",
-        string,
+        listen_address,
         "127.0.0.1:9021",
         "host:port of the /healthz and /metrics server; empty disables it.",
     ),
@@ -221,12 +222,17 @@ def _check(values: Mapping[str, Any]) -> None:
     for name in _POSITIVE:
         if values[name] <= 0:
             raise SettingsError(f"{name}: must be positive, got {values[name]!r}")
-    from collector.targets import TargetError, parse_shard
+    from collector.targets import TargetError, parse_shard, parse_target_spec
 
     try:
         parse_shard(values["shard"])
     except TargetError as exc:
         raise SettingsError(f"shard: {exc}") from None
+    for spec in values["targets"]:
+        try:
+            parse_target_spec(spec)
+        except TargetError as exc:
+            raise SettingsError(f"targets: {exc}") from None
 
 
 def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -27,9 +27,11 @@ __all__ = [
     "declare",
     "integer",
     "labels",
+    "listen_address",
     "markdown_table",
     "number",
     "option_values",
+    "port",
     "read_toml",
     "render_default",
     "string",
@@ -120,6 +122,26 @@ def integer(value: str) -> int:
         return int(value.strip().replace("_", ""))
     except ValueError:
         raise ValueError(f"{value!r} is not a valid int") from None
+
+
+@_kind("port")
+def port(value: str) -> int:
+    """A TCP port: 0 (any free one) to 65535."""
+    number = integer(value)
+    if not 0 <= number <= 65535:
+        raise ValueError(f"{value!r} is not a port (0 to 65535)")
+    return number
+
+
+@_kind("host:port")
+def listen_address(value: str) -> str:
+    """``host:port`` to listen on (``[::1]:9021`` for IPv6), or empty for none."""
+    if value.strip():
+        host, colon, number = value.rpartition(":")
+        if not colon or not number.strip():
+            raise ValueError(f"{value!r} is not host:port")
+        port(number)
+    return value
 
 
 @_kind("float")

@@ -11,6 +11,7 @@ import logging
 import sys
 
 from collector.store import StoreError
+from sampler.settings import port
 from webui.settings import SETTINGS, SettingsError
 
 __all__ = ["main"]
@@ -26,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", help="TOML config file (a [web] table or top-level keys)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    parser.add_argument("--port", type=int, default=8080, help="port to listen on")
+    parser.add_argument("--port", type=port, default=8080, help="port to listen on")
     parser.add_argument(
         "--allow-unauthenticated",
         action="store_true",

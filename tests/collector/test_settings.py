@@ -61,6 +61,10 @@ def test_file_then_env_then_cli(tmp_path):
         ("poll_interval = -1", "must be positive"),
         ("log_format = 'xml'", "not one of"),
         ("shard = '5/4'", "shard"),
+        ("targets = ['127.0.0.1:1-0']", "targets: target '127.0.0.1:1-0': port '0'"),
+        ("targets = ['127.0.0.1']", "targets: target '127.0.0.1'"),
+        ("health_listen = '127.0.0.1:99999'", "'99999' is not a port"),
+        ("health_listen = '9021'", "'9021' is not host:port"),
         ("poll_interval = ", "not valid TOML"),
     ],
 )
@@ -69,6 +73,15 @@ def test_bad_config_files_are_clear_errors(tmp_path, text, message):
     cfg.write_text(text + "\n")
     with pytest.raises(SettingsError, match=message):
         load_settings(cfg, environ={})
+
+
+def test_a_bad_target_on_the_command_line_is_one_line_and_status_2(tmp_path, capsys):
+    from collector.cli import main
+
+    status = main(["--targets", "127.0.0.1:1-0", "--database-url", f"sqlite:///{tmp_path}/x.db"])
+    err = capsys.readouterr().err
+    assert status == 2 and err.startswith("fleetflame collect: targets: target '127.0.0.1:1-0'")
+    assert not (tmp_path / "x.db").exists()  # refused before anything was opened
 
 
 def test_bad_environment_values_name_the_variable():

@@ -9,6 +9,8 @@ import sys
 import time
 import urllib.request
 
+import pytest
+
 
 def free_port():
     with socket.socket() as s:
@@ -62,3 +64,14 @@ def test_a_token_or_the_explicit_flag_lets_it_serve(tmp_path):
             _, err = process.communicate(timeout=30)
         if "--allow-unauthenticated" in args:
             assert "no authentication" in err
+
+
+def test_a_port_out_of_range_is_refused(capsys):
+    # It listened on 99999 - 65536 while saying 99999 (found by a new-user walkthrough).
+    from webui.cli import main
+
+    for bad in ("99999", "-1"):
+        with pytest.raises(SystemExit) as exit_:
+            main(["--port", bad, "--database-url", "sqlite:///unused.db"])
+        assert exit_.value.code == 2
+        assert f"argument --port: invalid port value: '{bad}'" in capsys.readouterr().err
