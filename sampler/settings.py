@@ -127,7 +127,7 @@ def integer(value: str) -> int:
 @_kind("port")
 def port(value: str) -> int:
     """A TCP port: 0 (any free one) to 65535."""
-    number = integer(value)
+    number: int = integer(value)
     if not 0 <= number <= 65535:
         raise ValueError(f"{value!r} is not a port (0 to 65535)")
     return number
