@@ -62,6 +62,8 @@ def main(out_dir: str = "docs") -> int:
                         "document.getElementById('significance').textContent.includes('judged')",
                         timeout=60_000,
                     )
+                    # The table of functions comes after the graph (its own request).
+                    page.wait_for_selector("table.sortable tbody tr", timeout=60_000)
                     page.wait_for_timeout(600)  # d3-flame-graph's label transition
                     target = Path(out_dir) / name
                     tmp_png = target.with_suffix(".tmp.png")

@@ -7,14 +7,16 @@ variants of them for its two sides. Bad parameters get a 400 whose JSON names th
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from collector.store import InvalidQuery, StoreError, StoreUnavailable
-from sampler.profile import align_up
+from sampler.profile import align_up, unescape_frame
 from webui import db
 from webui.db import missing_sqlite_file
 from webui.exports import EXPORTS, ExportInfo
@@ -191,16 +193,30 @@ def top() -> Response:
     """Functions by self samples, with total samples and both shares."""
     selection = _selection()
     limit = parse_int(request.args, "limit", 200, 1, 100_000)
+    search = request.args.get("search", "")
+    match = _search_match(search)
     database = db.get_db()
 
     def compute() -> dict[str, Any]:
         with db.paused_gc():
-            samples, interval = database.function_samples(selection, limit=limit)
+            samples, interval = database.function_samples(selection, limit=limit, match=match)
             functions = top_functions(samples, limit=limit, interval=interval)
         return {"selection": _describe(selection), "total": samples.total, "functions": functions}
 
-    key = ("top", selection, limit)
+    key = ("top", selection, limit, search)
     return jsonify(database.cached(key, database.settled(selection), compute))
+
+
+def _search_match(search: str) -> Callable[[str], bool] | None:
+    """What a ``search`` parameter accepts, told an escaped frame name: the names whose
+    displayed (unescaped) form the regular expression finds, as the page's search box does."""
+    if not search:
+        return None
+    try:
+        pattern = re.compile(search)
+    except re.error as exc:
+        raise ParamError("search", f"a regular expression ({exc})") from None
+    return lambda name: pattern.search(unescape_frame(name)) is not None
 
 
 @bp.get("/labels")

@@ -281,13 +281,18 @@ class Database:
         )
 
     def function_samples(
-        self, selection: Selection, *, limit: int | None = None
+        self,
+        selection: Selection,
+        *,
+        limit: int | None = None,
+        match: Callable[[str], bool] | None = None,
     ) -> tuple[FunctionSamples, float]:
         """Returns each frame's self and total samples in a selection, and their interval;
         with a ``limit``, totals only of the functions that can rank among the top ``limit``
-        by self then total samples (see FunctionIndex.table)."""
+        by self then total samples; with ``match``, only the frames it accepts (see
+        FunctionIndex.table)."""
         counts = self.stack_counts(selection)
-        return self.functions.table(counts.counts, limit=limit), counts.interval
+        return self.functions.table(counts.counts, limit=limit, match=match), counts.interval
 
     def sorted_stacks(self, selection: Selection) -> tuple[SortedStacks, float]:
         """Returns the stacks of a selection in sort order with their counts, and their

@@ -20,7 +20,7 @@ import threading
 from array import array
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import accumulate, chain, compress, repeat
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -151,11 +151,19 @@ class FunctionIndex:
     def __len__(self) -> int:
         return len(self._ordinals)
 
-    def table(self, counts: Mapping[int, int], *, limit: int | None = None) -> FunctionSamples:
+    def table(
+        self,
+        counts: Mapping[int, int],
+        *,
+        limit: int | None = None,
+        match: Callable[[str], bool] | None = None,
+    ) -> FunctionSamples:
         """Counts each function's self and total samples in a window (counts by stack id).
 
         With a ``limit``, totals are given only for the functions that can rank among the
         top ``limit`` by self samples then total (what webui.model.top_functions shows).
+        With ``match`` (told an escaped name), only the functions it accepts are counted,
+        every one of them with its total: a search finds callers with no self samples too.
         """
         ids, values = list(counts), list(counts.values())
         if values and min(values) <= 0:
@@ -165,7 +173,7 @@ class FunctionIndex:
             if self._pending is not None:
                 self._load_pending()
             try:
-                return self._table(ids, values, limit)
+                return self._table(ids, values, limit, match)
             except IndexError:
                 if not self.loaded:
                     raise
@@ -174,16 +182,22 @@ class FunctionIndex:
                 _log.warning("the saved function index did not hold together: numbering anew")
                 self._clear()
                 self.loaded = 0
-                return self._table(ids, values, limit)
+                return self._table(ids, values, limit, match)
 
-    def _table(self, ids: list[int], values: list[int], limit: int | None) -> FunctionSamples:
+    def _table(
+        self,
+        ids: list[int],
+        values: list[int],
+        limit: int | None,
+        match: Callable[[str], bool] | None,
+    ) -> FunctionSamples:
         ordinals = list(map(self._ordinals.get, ids))
         if None in ordinals:
             self._learn(ids)
             ordinals = list(map(self._ordinals.__getitem__, ids))
         if len(ids) * _DENSE < len(self._ordinals):
-            return self._by_stack(ordinals, values)
-        return self._by_function(ordinals, values, limit)
+            return self._by_stack(ordinals, values, match)
+        return self._by_function(ordinals, values, limit, match)
 
     def warm(self, ids: Sequence[int], *, share: float = 0.8) -> bool:
         """Reads and numbers the stacks it lacks, in the order given, as far as they fit in
@@ -409,13 +423,24 @@ class FunctionIndex:
         self.generation += 1
         return self._bytes
 
-    def _by_stack(self, ordinals: list[int], values: list[int]) -> FunctionSamples:
+    def _by_stack(
+        self, ordinals: list[int], values: list[int], match: Callable[[str], bool] | None
+    ) -> FunctionSamples:
         """Counts a small window's functions stack by stack."""
         counted = count_frames([self._functions[o] for o in ordinals], values)
-        return self._named(counted.self_counts, counted.totals, counted.total)
+        self_counts, totals = counted.self_counts, counted.totals
+        if match is not None:
+            names = self._names
+            totals = {n: c for n, c in totals.items() if match(names[n])}
+            self_counts = {n: c for n, c in self_counts.items() if n in totals}
+        return self._named(self_counts, totals, counted.total)
 
     def _by_function(
-        self, ordinals: list[int], values: list[int], limit: int | None
+        self,
+        ordinals: list[int],
+        values: list[int],
+        limit: int | None,
+        match: Callable[[str], bool] | None,
     ) -> FunctionSamples:
         """Counts a large window's functions function by function, over its counts laid out
         by ordinal."""
@@ -428,7 +453,11 @@ class FunctionIndex:
             if leaves and (total := sum(map(at, leaves)))
         }
         self_counts.pop(self._numbers.get("", -1), None)  # the empty stack: no function
-        if limit is not None and len(self_counts) > limit:
+        candidates: Iterable[int]
+        if match is not None:
+            candidates = [n for n, name in enumerate(self._names) if name and match(name)]
+            self_counts = {n: self_counts[n] for n in candidates if n in self_counts}
+        elif limit is not None and len(self_counts) > limit:
             # The limit-th largest self count: a function with less cannot rank among the top.
             threshold = sorted(self_counts.values(), reverse=True)[limit - 1]
             candidates = [n for n, count in self_counts.items() if count >= threshold]

@@ -617,6 +617,27 @@ def test_keys_and_the_search_filters_the_table(server, page):
     page.wait_for_function("() => !new URLSearchParams(location.search).has('focus')")
 
 
+def test_the_search_finds_functions_below_the_top_rows(tmp_path, page):
+    # 250 leaves with self samples fill the table's 200 rows; their caller has none. The table
+    # filtered the 200 rows it had, and showed nothing for a search the graph matched.
+    url = f"sqlite:///{tmp_path / 'wide.db'}"
+    store = Store(url)
+    store.migrate()
+    store.write(
+        SampleRow(T0, "cpu", "wide", "h", "i", {}, f"main;app:quote;lib:leaf{i}", 10)
+        for i in range(250)
+    )
+    store.close()
+    with serving(url) as base:
+        open_view(page, f"{base}/?from={T0}&to={T0 + 60}&search=quote")
+        page.wait_for_function("() => document.querySelectorAll('#top tbody tr').length === 1")
+        assert page.locator("#top tbody tr td").first.inner_text() == "app:quote"
+        page.fill("#search", "leaf24[0-9]|main")
+        page.wait_for_function("() => document.querySelectorAll('#top tbody tr').length === 11")
+        page.fill("#search", "[")  # no regular expression: every row, none lost
+        page.wait_for_function("() => document.querySelectorAll('#top tbody tr').length === 200")
+
+
 def test_a_deep_common_chain_is_one_frame_and_links_into_it_still_work(tmp_path, page):
     # A server's 14 launcher and accept-loop frames above every request: drawn as one frame,
     # so the work starts on the first screen; untick "collapse chains" to draw them all.

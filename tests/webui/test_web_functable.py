@@ -79,6 +79,20 @@ def test_a_limited_table_sums_only_what_can_rank() -> None:
     assert "m:main" in full.totals and "m:main" not in top.totals
 
 
+def test_a_matched_table_holds_every_matching_function_with_its_total() -> None:
+    texts = fleet(300)
+    index = FunctionIndex(Reader(texts))
+    rng = random.Random(2)
+    for size in (300, 5):  # by function, and by stack
+        counts = {sid: rng.randint(1, 9) for sid in rng.sample(sorted(texts), size)}
+        full = index.table(counts)
+        for wanted in ({"m:main"}, {"c:h", "c:h:12", "d:%3Bsemi"}, set()):
+            found = index.table(counts, limit=1, match=wanted.__contains__)
+            assert found.totals == {n: c for n, c in full.totals.items() if n in wanted}
+            assert found.self_counts == {n: c for n, c in full.self_counts.items() if n in wanted}
+            assert found.total == full.total, (size, wanted)
+
+
 def test_stacks_are_read_once_and_unknown_ones_named() -> None:
     texts = fleet(50)
     reader = Reader(texts)

@@ -156,10 +156,8 @@ async function load () {
       load()
     })
     // The table comes second: the graph is what people wait for.
-    const top = await api('top', query)
+    await loadFunctions(query, ticket)
     if (ticket !== loading) return
-    functions = top.functions
-    showFunctions()
     body.dataset.state = 'ready'
     refreshFilters(graph.selection).then(offerSplits)
   } catch (error) {
@@ -209,17 +207,42 @@ window.addEventListener('resize', () => {
 })
 
 setupFilters(load)
-// The table beside the graph lists what the search matches (everything when it is empty).
+// The table beside the graph lists what the search matches (everything when it is empty):
+// the server ranks the matching functions (a caller with no self samples, far below the top
+// rows, is found too); while it answers, the rows at hand are filtered.
 let functions = []
+let functionsAsked = 0
 function showFunctions () {
   const pattern = compileSearch($('search').value)
   table.set(pattern instanceof RegExp ? functions.filter(f => pattern.test(f.name)) : functions, 'self')
 }
 
+async function loadFunctions (query, ticket) {
+  const asked = ++functionsAsked
+  const pattern = compileSearch($('search').value)
+  const search = pattern instanceof RegExp ? `&search=${encodeURIComponent($('search').value)}` : ''
+  let top
+  try {
+    top = await api('top', query + search)
+  } catch (error) {
+    if (!search) throw error
+    top = await api('top', query) // a pattern only this browser takes: filtered here
+  }
+  if (ticket !== loading || asked !== functionsAsked) return
+  functions = top.functions
+  showFunctions()
+}
+
+let searching = null
 $('search').addEventListener('input', event => {
   flame.search(event.target.value)
   showFunctions()
   update(p => p.set('search', event.target.value), { push: false })
+  clearTimeout(searching)
+  const ticket = loading
+  searching = setTimeout(() => {
+    if (total) loadFunctions(selectionParams(params()), ticket).catch(error => showStatus(error.message))
+  }, 300)
 })
 // Keys: / searches, Esc resets the zoom (and leaves the search box).
 document.addEventListener('keydown', event => {
