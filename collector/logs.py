@@ -72,5 +72,7 @@ def setup_logging(level: str = "info", fmt: str = "kv") -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
-    # APScheduler logs every job run at INFO; keep its warnings (skipped runs) only.
+    # APScheduler logs every job run at INFO; keep its warnings (skipped runs) only. Alembic
+    # names each of its plugins at INFO at every start; its migrations stay told.
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
