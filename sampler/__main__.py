@@ -212,11 +212,16 @@ def _hide_launcher(engine: str) -> None:
 def _target_problem(target: str, module: bool) -> str | None:
     """Says what is wrong with the program to run, before the sampler starts for it."""
     if module:
+        # Only the top-level package: finding a submodule would import its package before
+        # the sampler starts (its import unsampled, its failure told twice).
+        top = target.partition(".")[0]
+        if not top:
+            return f"cannot find module {target!r}: not an absolute module name"
         try:
-            found = importlib.util.find_spec(target)
+            found = importlib.util.find_spec(top)
         except (ImportError, ValueError) as exc:
             return f"cannot find module {target!r}: {exc}"
-        return None if found is not None else f"no module named {target!r}"
+        return None if found is not None else f"no module named {top!r}"
     if not os.path.exists(target):
         return f"no such file: {target!r} (a script, a directory or zip with __main__.py; -m MODULE for a module)"
     return None

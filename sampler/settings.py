@@ -136,7 +136,8 @@ def port(value: str) -> int:
 @_kind("host:port")
 def listen_address(value: str) -> str:
     """``host:port`` to listen on (``[::1]:9021`` for IPv6), or empty for none."""
-    if value.strip():
+    value = value.strip()
+    if value:
         host, colon, number = value.rpartition(":")
         if not colon or not number.strip():
             raise ValueError(f"{value!r} is not host:port")

@@ -48,10 +48,11 @@ class ChunkPace:
     usual run, every few minutes; a backlog (days of a sparse fleet, a collector that was
     down, a database from before a tier) would then take thousands of transactions. So the
     span doubles after a chunk of few rows, up to ``most`` times the least, and halves after
-    one of many: a transaction stays near ``rows`` rows however dense the data.
+    one of many. It learns from chunks done: where dense data follows a sparse stretch, one
+    chunk may hold up to ``most`` times what the least span would.
     """
 
-    def __init__(self, rows: int = 50_000, most: int = 64) -> None:
+    def __init__(self, rows: int = 50_000, most: int = 16) -> None:
         self.rows = rows
         self.most = most
         self.factor = 1
@@ -61,7 +62,9 @@ class ChunkPace:
         return least * self.factor
 
     def done(self, rows: int) -> None:
-        """Takes the number of rows the last chunk wrote."""
+        """Takes the number of rows the last chunk wrote (negative: unknown, nothing learned)."""
+        if rows < 0:
+            return
         if rows < self.rows // 4:
             self.factor = min(self.factor * 2, self.most)
         elif rows > self.rows:

@@ -93,7 +93,8 @@ def test_bad_option_is_a_clear_error(tmp_path):
     [
         (["run", "--port", "0", "missing.py"], "no such file: 'missing.py'"),
         (["bogus"], "no such file: 'bogus'"),  # `run` may be left out: a mistyped command
-        (["run", "-m", "no_such_module.inner"], "cannot find module 'no_such_module.inner'"),
+        (["run", "-m", "no_such_module.inner"], "no module named 'no_such_module'"),
+        (["run", "-m", ".relative"], "cannot find module '.relative'"),
         (["run", "--port", "0", "-m", "no_such_module"], "no module named 'no_such_module'"),
     ],
 )

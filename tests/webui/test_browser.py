@@ -632,8 +632,10 @@ def test_the_search_finds_functions_below_the_top_rows(tmp_path, page):
         open_view(page, f"{base}/?from={T0}&to={T0 + 60}&search=quote")
         page.wait_for_function("() => document.querySelectorAll('#top tbody tr').length === 1")
         assert page.locator("#top tbody tr td").first.inner_text() == "app:quote"
-        page.fill("#search", "leaf24[0-9]|main")
-        page.wait_for_function("() => document.querySelectorAll('#top tbody tr').length === 11")
+        page.fill("#search", "leaf24|main")  # texts separated by bars: asked of the server
+        page.wait_for_function("() => document.querySelectorAll('#top tbody tr').length === 12")
+        page.fill("#search", "^lib:leaf24[0-9]$")  # a regular expression: over the top rows
+        page.wait_for_function("() => document.querySelectorAll('#top tbody tr').length === 10")
         page.fill("#search", "[")  # no regular expression: every row, none lost
         page.wait_for_function("() => document.querySelectorAll('#top tbody tr').length === 200")
 

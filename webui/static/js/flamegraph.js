@@ -98,8 +98,10 @@ function render () {
   if (focus) flame.zoomTo(focus)
 }
 
+let searching = null // the table's refetch, a moment after the search was typed
 async function load () {
   const ticket = ++loading
+  clearTimeout(searching) // this load asks for the table itself
   const p = params()
   const query = selectionParams(p)
   $('search').value = p.get('search') || ''
@@ -207,9 +209,11 @@ window.addEventListener('resize', () => {
 })
 
 setupFilters(load)
-// The table beside the graph lists what the search matches (everything when it is empty):
-// the server ranks the matching functions (a caller with no self samples, far below the top
-// rows, is found too); while it answers, the rows at hand are filtered.
+// The table beside the graph lists what the search matches (everything when it is empty).
+// Plain text (texts separated by |) is asked of the server, which ranks every function that
+// matches (a caller with no self samples, far below the top rows, is found too); a regular
+// expression filters the top rows here. While the server answers, the rows at hand are
+// filtered.
 let functions = []
 let functionsAsked = 0
 function showFunctions () {
@@ -219,8 +223,9 @@ function showFunctions () {
 
 async function loadFunctions (query, ticket) {
   const asked = ++functionsAsked
-  const pattern = compileSearch($('search').value)
-  const search = pattern instanceof RegExp ? `&search=${encodeURIComponent($('search').value)}` : ''
+  const term = $('search').value
+  const plain = /^[^\\^$*+?()[\]{}]*$/.test(term) // dots and bars aside, no regex syntax
+  const search = term && plain ? `&search=${encodeURIComponent(term)}` : ''
   let top
   try {
     top = await api('top', query + search)
@@ -233,15 +238,15 @@ async function loadFunctions (query, ticket) {
   showFunctions()
 }
 
-let searching = null
 $('search').addEventListener('input', event => {
   flame.search(event.target.value)
   showFunctions()
   update(p => p.set('search', event.target.value), { push: false })
   clearTimeout(searching)
-  const ticket = loading
   searching = setTimeout(() => {
-    if (total) loadFunctions(selectionParams(params()), ticket).catch(error => showStatus(error.message))
+    if (total && body.dataset.state === 'ready') {
+      loadFunctions(selectionParams(params()), loading).catch(error => showStatus(error.message))
+    }
   }, 300)
 })
 // Keys: / searches, Esc resets the zoom (and leaves the search box).
