@@ -50,7 +50,12 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Runs the web UI until interrupted; returns the exit status."""
     args = _parser().parse_args(argv)
+    import werkzeug.serving
     from werkzeug.serving import run_simple
+
+    # werkzeug colours its request lines whatever its output is: a log file or journald got
+    # the terminal's escape codes.
+    werkzeug.serving._log_add_style = sys.stderr.isatty()
 
     from webui import create_app
 

@@ -75,3 +75,13 @@ def test_a_port_out_of_range_is_refused(capsys):
             main(["--port", bad, "--database-url", "sqlite:///unused.db"])
         assert exit_.value.code == 2
         assert f"argument --port: invalid port value: '{bad}'" in capsys.readouterr().err
+
+
+def test_the_request_log_has_no_terminal_colours_when_not_a_terminal(tmp_path):
+    port, process = web(tmp_path)
+    try:
+        assert answers(port, process) == 400  # werkzeug colours a 400 red on a terminal
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=30)
+    assert '"GET /api/flamegraph?from=bad HTTP/1.1" 400' in err and "\x1b[" not in err
