@@ -39,7 +39,7 @@ from webui.params import (
 
 __all__ = ["bp"]
 
-MAX_SEARCH = 1000  # characters of /api/top's search
+MAX_SEARCH = 200  # characters of /api/top's search: its texts are tried on every function
 
 bp = Blueprint("api", __name__, url_prefix="/api")
 
@@ -220,7 +220,12 @@ def _search_match(search: str) -> Callable[[str], bool] | None:
         return None
     if len(search) > MAX_SEARCH:
         raise ParamError("search", f"at most {MAX_SEARCH} characters")
-    return lambda name: any(text in unescape_frame(name) for text in texts)
+
+    def accepts(name: str) -> bool:
+        shown = unescape_frame(name)
+        return any(text in shown for text in texts)
+
+    return accepts
 
 
 @bp.get("/labels")
