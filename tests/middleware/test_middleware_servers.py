@@ -15,6 +15,8 @@ and the client's own wake-up. It never has more requests in flight than the serv
 and the p99 falls among the planted 60 ms requests.
 """
 
+import sys
+
 import pytest
 from mwhelpers import exact_quantile, gunicorn, has_frame, load, merged_route, uvicorn
 
@@ -29,7 +31,7 @@ def planted_plan(count, every=50):
     return [(f"/items/{i}", "slow" if i % every == every // 2 else "") for i in range(count)]
 
 
-def check_slow_path_and_p99(documents, sent, route, workers):
+def check_slow_path_and_p99(documents, sent, route, workers, threads=1):
     assert len(documents) == workers
     assert all(s.status == 200 for s in sent)
     sketches, parts = merged_route(documents, route)
@@ -38,13 +40,17 @@ def check_slow_path_and_p99(documents, sent, route, workers):
     planted = {s.path for s in sent if s.plant == "slow"}
     # p99: the sketch's, merged over the workers, against the load generator's own.
     truth = exact_quantile([s.latency for s in sent], 0.99)
-    assert sketches["total"].quantile(0.99) == pytest.approx(truth, rel=0.05)
+    # A threaded worker's thread that has sent its answer takes the GIL back before its clock
+    # stops (at the body's close): with the other threads busy, up to a switch interval after
+    # the client had its last byte (docs/worst-cases.md; seen: 82.9 ms against 78.5, +5.6%).
+    gil = sys.getswitchinterval() if threads > 1 else 0.0
+    assert truth * 0.95 <= sketches["total"].quantile(0.99) <= truth * 1.05 + gil, truth
     # The server's side is shorter, to the sketch's own error (1%) and, for the total, the
     # header's (two of its three forms are whole milliseconds, one truncated) and one more: the
     # server's clock stops when it closes the answer, after the client may have read its last
     # byte (a worker descheduled in between, on a loaded machine; failed once at +1.1%+1 ms).
     assert sketches["latency"].quantile(0.99) <= sketches["total"].quantile(0.99) * 1.011
-    assert sketches["total"].quantile(0.99) <= truth * 1.03 + 0.001
+    assert sketches["total"].quantile(0.99) <= truth * 1.03 + 0.001 + gil
     # The slowest 1% (slower than the route's p99 estimate when they ended): the planted ones
     # longer than most before them (13 to 21 for these plans, simulated with the estimate's own
     # rule and requests dealt to the workers at random); the planted path is most of what they did.
@@ -78,7 +84,7 @@ def test_flask_under_gunicorn_slowest_requests_and_p99(worker_class, workers, th
         documents = server.requests_documents(len(sent))
     finally:
         server.stop()
-    check_slow_path_and_p99(documents, sent, ITEMS, workers)
+    check_slow_path_and_p99(documents, sent, ITEMS, workers, threads)
 
 
 @pytest.mark.slow
