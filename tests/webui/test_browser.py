@@ -663,6 +663,11 @@ def test_a_deep_common_chain_is_one_frame_and_links_into_it_still_work(tmp_path,
         page.wait_for_function(
             "() => document.getElementById('search-result').textContent.startsWith('1 matching')"
         )
+        # Counted by the frames that match, not by the frames drawn: layer1 and layer10-13.
+        page.fill("#search", "layer1")
+        page.wait_for_function(
+            "() => document.getElementById('search-result').textContent.startsWith('5 matching')"
+        )
         frame(page, "app:query").locator("rect").click()
         page.wait_for_function("() => new URLSearchParams(location.search).has('focus')")
         focus = query(page)["focus"][0]

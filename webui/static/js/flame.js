@@ -64,8 +64,19 @@ export function createFlame (container, options) {
     const pattern = compileSearch(searchTerm)
     if (!searchTerm) return ''
     if (pattern instanceof Error) return `invalid regex: ${pattern.message}`
-    const frames = new Set(results.map(r => r.data.name)).size
+    const frames = matchingFrames(results, pattern).size
     return `${frames} matching function${frames === 1 ? '' : 's'}: ${pct(total ? sum / total : 0)} of total`
+  }
+
+  // The distinct frames that match: a collapsed chain counts each of its frames that does
+  // (or its drawn name, where only that does).
+  function matchingFrames (results, pattern) {
+    const found = new Set()
+    for (const { data } of results) {
+      const hits = (data.frames || []).filter(frame => pattern.test(frame))
+      for (const frame of hits.length ? hits : [data.name]) found.add(frame)
+    }
+    return found
   }
 
   function search (term) {
