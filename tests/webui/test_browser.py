@@ -640,6 +640,33 @@ def test_the_search_finds_functions_below_the_top_rows(tmp_path, page):
         page.wait_for_function("() => document.querySelectorAll('#top tbody tr').length === 200")
 
 
+def test_a_search_typed_while_the_table_loads_is_asked_of_the_server(tmp_path, page):
+    # The table's first answer is held back while "quote" is typed: once it comes, the page
+    # asks again with the search (the 200 rows it had hold no app:quote, which has no self).
+    url = f"sqlite:///{tmp_path / 'wide.db'}"
+    store = Store(url)
+    store.migrate()
+    store.write(
+        SampleRow(T0, "cpu", "wide", "h", "i", {}, f"main;app:quote;lib:leaf{i}", 10)
+        for i in range(250)
+    )
+    store.close()
+    held = []
+    with serving(url) as base:
+        page.route(
+            "**/api/top?*", lambda route: route.continue_() if held else held.append(route)
+        )
+        page.goto(f"{base}/?from={T0}&to={T0 + 60}")
+        while not held:
+            page.wait_for_timeout(50)
+        page.fill("#search", "quote")
+        page.wait_for_timeout(500)  # past the refetch's 300 ms, while the page still loads
+        assert page.evaluate("document.body.dataset.state") == "loading"
+        held[0].continue_()
+        page.wait_for_function("() => document.querySelectorAll('#top tbody tr').length === 1")
+        assert page.locator("#top tbody tr td").first.inner_text() == "app:quote"
+
+
 def test_a_deep_common_chain_is_one_frame_and_links_into_it_still_work(tmp_path, page):
     # A server's 14 launcher and accept-loop frames above every request: drawn as one frame,
     # so the work starts on the first screen; untick "collapse chains" to draw them all.

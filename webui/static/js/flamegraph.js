@@ -161,6 +161,7 @@ async function load () {
     await loadFunctions(query, ticket)
     if (ticket !== loading) return
     body.dataset.state = 'ready'
+    if ($('search').value !== functionsTerm) searchTable() // typed while the table loaded
     refreshFilters(graph.selection).then(offerSplits)
   } catch (error) {
     if (ticket !== loading) return
@@ -216,6 +217,7 @@ setupFilters(load)
 // filtered.
 let functions = []
 let functionsAsked = 0
+let functionsTerm = '' // the search the rows at hand were asked with
 function showFunctions () {
   const pattern = compileSearch($('search').value)
   table.set(pattern instanceof RegExp ? functions.filter(f => pattern.test(f.name)) : functions, 'self')
@@ -235,7 +237,16 @@ async function loadFunctions (query, ticket) {
   }
   if (ticket !== loading || asked !== functionsAsked) return
   functions = top.functions
+  functionsTerm = term
   showFunctions()
+}
+
+// The table asked again for the search typed (once the page has loaded: a load asks itself).
+function searchTable () {
+  clearTimeout(searching)
+  if (total && body.dataset.state === 'ready') {
+    loadFunctions(selectionParams(params()), loading).catch(error => showStatus(error.message))
+  }
 }
 
 $('search').addEventListener('input', event => {
@@ -243,11 +254,7 @@ $('search').addEventListener('input', event => {
   showFunctions()
   update(p => p.set('search', event.target.value), { push: false })
   clearTimeout(searching)
-  searching = setTimeout(() => {
-    if (total && body.dataset.state === 'ready') {
-      loadFunctions(selectionParams(params()), loading).catch(error => showStatus(error.message))
-    }
-  }, 300)
+  searching = setTimeout(searchTable, 300)
 })
 // Keys: / searches, Esc resets the zoom (and leaves the search box).
 document.addEventListener('keydown', event => {
