@@ -306,3 +306,17 @@ def test_gc_pauses_nest_end_on_errors_and_never_last_long(monkeypatch):
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_the_app_starts_without_scipy_stats(tmp_path):
+    # scipy.stats took ~0.3 s and 45 MB of every web process (and gunicorn worker) to import;
+    # the statistics need only scipy.special.
+    code = (
+        "import sys; from webui import create_app; "
+        f"create_app({{'DATABASE_URL': 'sqlite:///{tmp_path / 'x.db'}'}}); "
+        "print('scipy.stats' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "False", out.stderr
