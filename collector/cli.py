@@ -54,8 +54,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.once:
         try:
-            collector.migrate()
+            collector.migrate(wait=False)
             report = collector.poll_cycle()
+        except StoreError as exc:  # unreachable, or not a database of ours: one line, no trace
+            log_event(log, logging.ERROR, "cannot open the store", error=str(exc))
+            return 1
         finally:
             collector.stop()
         return 0 if report.written and not report.skipped else 1
@@ -69,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         collector.start()
         collector.wait()
+    except StoreError as exc:  # a file that is not a database, a schema it cannot migrate
+        log_event(log, logging.ERROR, "cannot open the store", error=str(exc))
+        return 2
     finally:
         collector.stop()
     return 0

@@ -248,8 +248,9 @@ class Collector:
             database=_redact(self.settings.database_url),
         )
 
-    def migrate(self) -> None:
-        """Brings the schema up to date, waiting for the database if it is not reachable yet."""
+    def migrate(self, *, wait: bool = True) -> None:
+        """Brings the schema up to date, waiting for the database if it is not reachable yet
+        (``wait=False``: StoreUnavailable at once, as a one-shot run wants)."""
         delay = 1.0
         while not self._stopped.is_set():
             try:
@@ -257,6 +258,8 @@ class Collector:
                     self.store.migrate()
                 return
             except StoreUnavailable as exc:
+                if not wait:
+                    raise
                 log_event(log, logging.WARNING, "database unavailable; retrying", error=str(exc))
                 self._stopped.wait(delay)
                 delay = min(delay * 2, 30.0)

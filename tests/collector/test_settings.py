@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,6 +84,34 @@ def test_a_bad_target_on_the_command_line_is_one_line_and_status_2(tmp_path, cap
     err = capsys.readouterr().err
     assert status == 2 and err.startswith("fleetflame collect: targets: target '127.0.0.1:1-0'")
     assert not (tmp_path / "x.db").exists()  # refused before anything was opened
+
+
+@pytest.mark.parametrize("once", [True, False])
+def test_a_file_that_is_not_a_database_is_one_line_not_a_traceback(tmp_path, once):
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(bytes(range(256)) * 20)
+    args = ["--targets", "127.0.0.1:9", "--database-url", f"sqlite:///{garbage}"]
+    args += ["--health-listen", "", "--once"] if once else ["--health-listen", ""]
+    run = subprocess.run(
+        [sys.executable, "-m", "collector", *args], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == (1 if once else 2), run.stderr
+    assert 'msg="cannot open the store" error="migrating the schema: file is not a database"' in (
+        run.stderr
+    )
+    assert "Traceback" not in run.stderr
+    assert garbage.read_bytes() == bytes(range(256)) * 20  # nothing lost
+
+
+def test_a_one_shot_run_does_not_wait_for_an_unreachable_database(tmp_path):
+    # A long run waits for its database to come up; --once fails at once (it waited forever).
+    url = f"sqlite:///{tmp_path}/no/such/folder/x.db"
+    args = ["--targets", "127.0.0.1:9", "--database-url", url, "--health-listen", "", "--once"]
+    run = subprocess.run(
+        [sys.executable, "-m", "collector", *args], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 1 and "database unavailable" in run.stderr, run.stderr
+    assert "retrying" not in run.stderr
 
 
 def test_bad_environment_values_name_the_variable():
