@@ -52,6 +52,7 @@ class RoundReport:
     skipped_targets: int = 0  # targets still in flight from an earlier round
     cpu_seconds: float = 0.0  # CPU of the fetches, decoding and deltas, all threads
     received_bytes: int = 0
+    closed: int = 0  # range ports with nothing listening (workers not running: no failure)
 
 
 class Round:
@@ -62,7 +63,7 @@ class Round:
         self.polled = polled  # the collector's clock when the round started
         self._started = started
         self._targets = targets
-        self._counts = {"ok": 0, "failed": 0, "rows": 0, "samples": 0, "bytes": 0}
+        self._counts = {"ok": 0, "failed": 0, "closed": 0, "rows": 0, "samples": 0, "bytes": 0}
         self._cpu = 0.0
         self._pending = 0
         self._skipped = 0
@@ -199,10 +200,10 @@ class Rounds:
     def _handle(self, current: Round, result: PollResult) -> None:
         address = result.target.address
         part = None
-        ok = False
+        outcome = "failed"
         cpu = time.thread_time()
         try:
-            ok, part = self._consume(result, current.bucket)
+            outcome, part = self._consume(result, current.bucket)
             cpu = time.thread_time() - cpu
             if part is not None:
                 self.writer.put(part, current.polled)
@@ -218,7 +219,7 @@ class Rounds:
                 self._in_flight.discard(address)
             with current._lock:
                 counts = current._counts
-                counts["ok" if ok else "failed"] += 1
+                counts[outcome] += 1
                 counts["rows"] += part.rows if part is not None else 0
                 counts["samples"] += part.samples if part is not None else 0
                 counts["bytes"] += result.nbytes
@@ -242,6 +243,7 @@ class Rounds:
             skipped_targets=current._skipped,
             cpu_seconds=current._cpu,
             received_bytes=counts["bytes"],
+            closed=counts["closed"],
         )
         self.last_round_end = self.clock()
         self.metrics.observe("fleetflame_collector_poll_cycle_seconds", seconds)
@@ -260,6 +262,7 @@ class Rounds:
             targets=current._targets,
             ok=counts["ok"],
             failed=counts["failed"],
+            closed=counts["closed"],
             skipped=current._skipped,
             rows=counts["rows"],
             samples=counts["samples"],
@@ -272,18 +275,18 @@ class Rounds:
 
     # One result -----------------------------------------------------------------------------
 
-    def _consume(self, result: PollResult, bucket: int) -> tuple[bool, Part | None]:
-        """Turns one target's result into a part to write: (whether it succeeded, the part)."""
+    def _consume(self, result: PollResult, bucket: int) -> tuple[str, Part | None]:
+        """Turns one target's result into a part to write: (``ok``, ``failed`` or ``closed``,
+        the part)."""
         target = result.target
         address = target.address
         self.metrics.observe("fleetflame_collector_fetch_seconds", result.seconds)
         profile, result.profile = result.profile, None  # only this poll held the document
         if profile is None:
-            self._failed(target, result.reason, result.error)
-            return False, None
+            return self._failed(target, result.reason, result.error), None
         with self._lock:
             if address in self._reload:
-                return True, None  # its cursor is being re-read; the next round polls it
+                return "ok", None  # its cursor is being re-read; the next round polls it
             previous = self.states.get(address)
             old_instance = previous.instance if previous is not None else None
             try:
@@ -302,8 +305,7 @@ class Rounds:
             else:
                 self.states[address] = delta.state
         if delta is None:
-            self._failed(target, "invalid", error)
-            return False, None
+            return self._failed(target, "invalid", error), None
         self.metrics.inc("fleetflame_collector_polls_total", result="ok")
         self.metrics.set("fleetflame_collector_target_up", 1, target=address)
         if delta.new_instance:
@@ -325,20 +327,22 @@ class Rounds:
                 target=address,
                 counters=delta.resets,
             )
-        return True, delta.part
+        return "ok", delta.part
 
-    def _failed(self, target: Target, reason: str, error: str) -> None:
+    def _failed(self, target: Target, reason: str, error: str) -> str:
+        """Counts and logs a failed poll: ``failed``, or ``closed`` for a range port that
+        refused (a worker that is not running: normal, not a failure)."""
         address = target.address
         self.metrics.set("fleetflame_collector_target_up", 0, target=address)
-        # A closed port in a range is a worker that is not running: normal, not a failure.
         if target.optional and reason == "refused":
             log_event(log, logging.DEBUG, "range port closed", target=address)
-            return
+            return "closed"
         self.metrics.inc("fleetflame_collector_polls_total", result="failed")
         self.metrics.inc(
             "fleetflame_collector_target_failures_total", target=address, reason=reason
         )
         log_event(log, logging.WARNING, "poll failed", target=address, reason=reason, error=error)
+        return "failed"
 
     def _count_and_warn(self, metric: str, amount: int, message: str, **fields: object) -> None:
         self.metrics.inc(metric, amount)
