@@ -171,7 +171,7 @@ class WorstCases:
                 raise BadDocument(f"route {route[:60]!r} is not an object")
             current[route] = part
             try:
-                row = _route_delta(part, seen.get(route))
+                row = _route_delta(part, seen.get(route), labels.get("host", target.host))
             except SketchError as exc:
                 # This route only: its sketches stay malformed until the worker restarts,
                 # and its other routes are still worth keeping.
@@ -294,7 +294,7 @@ def sketch_delta(current: Sketch, before: Sketch | None) -> Sketch:
     return delta
 
 
-def _route_delta(part: dict, before: dict | None) -> dict | None:
+def _route_delta(part: dict, before: dict | None, host: str) -> dict | None:
     count = int(part["count"]) - (int(before["count"]) if before else 0)
     if count <= 0:
         return None
@@ -311,7 +311,11 @@ def _route_delta(part: dict, before: dict | None) -> dict | None:
         if added > 0:
             stacks[_text(stack, "stack")] = round(added, 2)
     seen_ids = {r["id"] for r in (before or {}).get("slowest", [])}
-    slowest = [r for r in part.get("slowest", []) if r.get("id") not in seen_ids]
+    slowest = [
+        {**r, "host": host}  # where it ran, once merged with other instances' rows
+        for r in part.get("slowest", [])
+        if isinstance(r, dict) and r.get("id") not in seen_ids
+    ]
     return {
         "count": count,
         "errors": max(0, int(part.get("errors", 0)) - int((before or {}).get("errors", 0))),

@@ -9,6 +9,7 @@ requests with their percentiles and the slow path in the slowest 1%'s stacks.
 """
 
 import json
+import socket
 import time
 
 import pytest
@@ -137,6 +138,7 @@ def check_served(client):
     assert sum(r["count"] for r in routes) == 400
     assert len(slow["slowest"]) == 5
     assert all(r["path"] == "/orders/7" and r["duration"] >= 0.04 for r in slow["slowest"])
+    assert {r["host"] for r in slow["slowest"]} == {socket.gethostname()}  # where each ran
     if NATIVE:  # the slowest requests' stacks come from the native engine's recent samples
         assert all(any("planted_slow_path" in k for k in r["stacks"]) for r in slow["slowest"])
     fast = by_route["/orders/8"]
@@ -201,6 +203,18 @@ def test_the_worst_cases_page_shows_the_planted_stall_and_the_routes(worker, tmp
             route_rows = page.locator("#routes tbody tr")
             assert route_rows.count() == 40
             assert "/orders/7" in route_rows.first.inner_text()  # the slowest p99 first
+            # Each route's slowest requests, slowest first, and what one was doing.
+            slowest = page.locator("#slowest tbody tr")
+            assert slowest.count() == 5 * 40
+            assert "/orders/7" in slowest.first.inner_text()
+            slowest.first.click()
+            if NATIVE:
+                page.wait_for_selector("#slowest-chart g.frame[name='__main__:planted_slow_path']")
+            route_rows.nth(3).click()  # a route of its own: only its requests
+            page.wait_for_function(
+                "() => document.querySelectorAll('#slowest tbody tr').length === 5"
+            )
+            assert "The slowest requests of /orders/" in page.locator("#slowest-title").inner_text()
             browser.close()
     finally:
         httpd.shutdown()

@@ -139,6 +139,9 @@ def test_flamegraph_frames_are_drawn(server, page):
     assert page.locator("#chart svg g.frame rect").count() == frames.count()
     assert page.locator("#top tbody tr").count() >= 5
     assert page.locator("#timeline .bar").count() == 60
+    # A 24-hour clock, as every time on the page: the hour after midnight is 00:mm, not 12:mm.
+    ticks = page.locator("#timeline .tick text").all_text_contents()
+    assert "00:30" in ticks and not any("M" in t or t.startswith("12:") for t in ticks), ticks
     # Sorting the table by a header.
     page.click("#top th[data-key=total]")
     first = page.locator("#top tbody tr").first.locator("td").first.text_content()
@@ -653,9 +656,7 @@ def test_a_search_typed_while_the_table_loads_is_asked_of_the_server(tmp_path, p
     store.close()
     held = []
     with serving(url) as base:
-        page.route(
-            "**/api/top?*", lambda route: route.continue_() if held else held.append(route)
-        )
+        page.route("**/api/top?*", lambda route: route.continue_() if held else held.append(route))
         page.goto(f"{base}/?from={T0}&to={T0 + 60}")
         while not held:
             page.wait_for_timeout(50)

@@ -9,11 +9,17 @@ import { displayFrames, shownName } from './frames.js'
 import { drawDurations } from './durations.js'
 import { deltaColor, markSelfDeltas } from './diffcolor.js'
 
-const ms = seconds => seconds === null || seconds === undefined ? '–' : `${(seconds * 1000).toFixed(1)} ms`
+// Durations to a tenth of a millisecond, and below a millisecond in microseconds (a fast
+// route's 42 us read as 0.0 ms).
+const ms = seconds => {
+  if (seconds === null || seconds === undefined) return '–'
+  return seconds > 0 && seconds < 0.001 ? `${Math.round(seconds * 1e6)} µs` : `${(seconds * 1000).toFixed(1)} ms`
+}
+const time = () => 'time'
 const num = () => 'num'
 
 const stallTable = sortableTable($('stalls'), [
-  { key: 'start', format: r => formatTime(Math.floor(r.start)) },
+  { key: 'start', format: r => formatTime(Math.floor(r.start)), className: time },
   { key: 'duration', format: r => ms(r.duration), className: num },
   { key: 'kind', format: r => r.kind },
   { key: 'host', format: r => r.host },
@@ -22,7 +28,7 @@ const stallTable = sortableTable($('stalls'), [
 ], row => stallFlame.draw(tree(row.stacks.wall && Object.keys(row.stacks.wall).length ? row.stacks.wall : row.stacks.cpu)))
 
 const bucketTable = sortableTable($('stall-buckets'), [
-  { key: 'start', format: r => formatTime(r.t) },
+  { key: 'start', format: r => formatTime(r.t), className: time },
   { key: 'count', format: r => count(r.count), className: num },
   { key: 'p50', format: r => ms(r.p50), className: num },
   { key: 'p99', format: r => ms(r.p99), className: num },
@@ -41,11 +47,41 @@ const routeTable = sortableTable($('routes'), [
   { key: 'max', format: r => ms(r.max), className: num },
   { key: 'queue_p99', format: r => ms(r.queue_p99), className: num },
   { key: 'total_p99', format: r => ms(r.total_p99), className: num }
-], row => showSlowDiff(row.name))
+], row => { showSlowest(row.name); showSlowDiff(row.name) })
+
+// Each route's slowest requests in the window (the five slowest of the route, over every
+// instance), with the stacks sampled while each ran.
+let slowest = []
+const slowestTable = sortableTable($('slowest'), [
+  { key: 'start', format: r => formatTime(Math.floor(r.start)), className: time },
+  { key: 'duration', format: r => ms(r.duration), className: num },
+  { key: 'queue', format: r => ms(r.queue), className: num },
+  { key: 'name', format: r => shownName(r.name), className: () => 'name' },
+  { key: 'status', format: r => r.status ? String(r.status) : '–', className: num },
+  { key: 'path', format: r => String(r.path || '') },
+  { key: 'host', format: r => String(r.host || '') },
+  { key: 'thread', format: r => String(r.thread || '') }
+], row => {
+  if (row.stacks && Object.keys(row.stacks).length) slowestFlame.draw(tree(row.stacks))
+  else slowestFlame.clear('No samples fell within this request (one shorter than the sampling interval may have none; the python engine keeps none).')
+})
+
+function showSlowest (route) {
+  const rows = route === null ? slowest : slowest.filter(r => r.name === route)
+  $('slowest-title').textContent = route === null
+    ? 'The slowest requests of each route'
+    : `The slowest requests of ${shownName(route)}`
+  $('slowest-summary').textContent = rows.length
+    ? `${rows.length} requests, slowest first; click one for the stacks sampled while it ran`
+    : 'No requests in this window for these filters.'
+  slowestTable.set(rows, 'duration')
+  slowestFlame.clear('')
+}
 
 const label = node => `${shownName(node.data.name)}\n${count(node.data.value)}`
 const stallFlame = createFlame($('stall-chart'), { label })
 const slowFlame = createFlame($('slow-chart'), { label })
+const slowestFlame = createFlame($('slowest-chart'), { label })
 
 // Folded stacks and weights as d3-flame-graph's tree (names unescaped, as the API's are).
 function tree (stacks) {
@@ -81,7 +117,7 @@ async function showSlowDiff (route) {
     if (!data.total_a || !data.total_b) {
       $('slow-diff-summary').textContent = ''
       slowDiff.clear(!data.total_b
-        ? 'No stacks of slow requests for this route (they need the native engine).'
+        ? 'No stacks of this route\'s slowest 1% in the window (a worker judges a request against its p99 of the route, known after the route\'s first 100 requests; the stacks need the native engine).'
         : 'No samples labelled with this route in the window.')
       return
     }
@@ -135,14 +171,17 @@ async function load () {
       ? `${count(rows.reduce((n, r) => n + r.count, 0))} requests on ${rows.length} routes (latency from the app's call to its answer; queueing from the proxy's X-Request-Start)`
       : 'No requests recorded: add sampler.middleware to the app (docs/worst-cases.md).'
     routeTable.set(rows, 'p99')
-    drawOrSay(slowFlame, requests.slow_flamegraph, 'No slow requests with stacks (they need the native engine).')
+    slowest = requests.routes.flatMap(r => (r.slowest || []).map(q => ({ ...q, name: r.route })))
+    showSlowest(null)
+    drawOrSay(slowFlame, requests.slow_flamegraph, 'No stacks of slow requests in this window (a worker judges a request against its p99 of the route, known after the route\'s first 100 requests; the stacks need the native engine).')
     body.dataset.state = 'ready'
     refreshFilters(stalls.selection)
   } catch (error) {
     if (ticket !== loading) return
     showStatus(error.message)
-    for (const id of ['stall-summary', 'request-summary']) $(id).textContent = ''
-    stallTable.set([]); bucketTable.set([]); routeTable.set([])
+    for (const id of ['stall-summary', 'request-summary', 'slowest-summary']) $(id).textContent = ''
+    stallTable.set([]); bucketTable.set([]); routeTable.set([]); slowestTable.set([])
+    slowestFlame.clear('')
     drawDurations($('stall-durations'), [], 60)
     stallFlame.clear(error.message); slowFlame.clear(error.message)
     body.dataset.state = 'error'
