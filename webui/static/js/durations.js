@@ -4,7 +4,7 @@
 
 /* global d3 */
 
-import { formatTime, timeScale } from './util.js'
+import { formatTime, timeScale, timeTicks } from './util.js'
 
 const HEIGHT = 140
 const MARGIN = { top: 14, right: 12, bottom: 20, left: 56 }
@@ -31,7 +31,7 @@ export function drawDurations (svgElement, buckets, step) {
     .range([HEIGHT - MARGIN.bottom, MARGIN.top])
   const middle = b => x(new Date((b.t + step / 2) * 1000))
   svg.append('g').attr('class', 'axis').attr('transform', `translate(0,${HEIGHT - MARGIN.bottom})`)
-    .call(d3.axisBottom(x).ticks(Math.max(2, Math.floor(width / 110))))
+    .call(d3.axisBottom(x).ticks(Math.max(2, Math.floor(width / 110))).tickFormat(timeTicks()))
   svg.append('g').attr('class', 'axis').attr('transform', `translate(${MARGIN.left},0)`)
     .call(d3.axisLeft(y).ticks(4, '~s').tickFormat(v => `${+(v * 1000).toPrecision(2)} ms`))
   LINES.forEach((line, i) => {

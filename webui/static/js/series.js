@@ -5,7 +5,7 @@
 /* global d3 */
 
 import { api } from './state.js'
-import { el, pct, timeScale } from './util.js'
+import { el, pct, timeScale, timeTicks } from './util.js'
 import { shownName } from './frames.js'
 
 const HEIGHT = 150
@@ -51,7 +51,7 @@ function draw (box, data) {
   const x = timeScale().domain(d3.extent(times)).range([MARGIN.left, width - MARGIN.right])
   const y = d3.scaleLinear().domain([0, d3.max(data.points, p => p.share) * 1.1 || 1])
     .range([HEIGHT - MARGIN.bottom, MARGIN.top])
-  svg.append('g').attr('transform', `translate(0,${HEIGHT - MARGIN.bottom})`).call(d3.axisBottom(x).ticks(6))
+  svg.append('g').attr('transform', `translate(0,${HEIGHT - MARGIN.bottom})`).call(d3.axisBottom(x).ticks(6).tickFormat(timeTicks()))
   svg.append('g').attr('transform', `translate(${MARGIN.left},0)`)
     .call(d3.axisLeft(y).ticks(4).tickFormat(v => `${(v * 100).toFixed(1)}%`))
   svg.append('path').datum(data.points).attr('fill', 'none').attr('stroke', '#3465a4')

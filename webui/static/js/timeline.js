@@ -2,7 +2,7 @@
 
 /* global d3 */
 
-import { formatTime, timeScale } from './util.js'
+import { formatTime, timeScale, timeTicks } from './util.js'
 
 const HEIGHT = 90
 const MARGIN = { top: 6, right: 8, bottom: 18, left: 48 }
@@ -66,7 +66,7 @@ function drawChart (svgElement, data) {
   if (data.series && data.series.length) drawSplit(svg, data, x, y)
   svg.append('g').attr('class', 'axis')
     .attr('transform', `translate(0,${HEIGHT - MARGIN.bottom})`)
-    .call(d3.axisBottom(x).ticks(Math.max(2, Math.floor(width / 110))))
+    .call(d3.axisBottom(x).ticks(Math.max(2, Math.floor(width / 110))).tickFormat(timeTicks()))
   svg.append('g').attr('class', 'axis')
     .attr('transform', `translate(${MARGIN.left},0)`)
     .call(d3.axisLeft(y).ticks(3).tickFormat(d3.format('~s')))

@@ -84,6 +84,24 @@ export function timeScale () {
   return timeZone() === 'UTC' ? window.d3.scaleUtc() : window.d3.scaleTime()
 }
 
+// Tick labels of a time axis in the chosen zone on a 24-hour clock, as formatTime writes times
+// (d3's own are 12-hour, with AM/PM on the hour only: 13:12 read as 01:12).
+export function timeTicks () {
+  const d3 = window.d3
+  const utc = timeZone() === 'UTC'
+  const format = utc ? d3.utcFormat : d3.timeFormat
+  const [second, minute, day, month, year] = utc
+    ? [d3.utcSecond, d3.utcMinute, d3.utcDay, d3.utcMonth, d3.utcYear]
+    : [d3.timeSecond, d3.timeMinute, d3.timeDay, d3.timeMonth, d3.timeYear]
+  const [ms, sec, clock, date, monthName, yearNumber] =
+    ['.%L', ':%S', '%H:%M', '%b %d', '%B', '%Y'].map(spec => format(spec))
+  return when => (second(when) < when ? ms
+    : minute(when) < when ? sec
+      : day(when) < when ? clock
+        : month(when) < when ? date
+          : year(when) < when ? monthName : yearNumber)(when)
+}
+
 // An epoch second as ISO 8601 in UTC with its offset written out: 2026-11-25T01:00:00+00:00.
 export function isoTime (epoch) {
   return new Date(epoch * 1000).toISOString().replace('.000Z', '+00:00')
