@@ -516,6 +516,11 @@ def test_compare_previous_version_in_one_click_colours_by_self_change(server, pa
     assert "version:1.4.1" in [
         options.nth(i).get_attribute("value") for i in range(options.count())
     ]
+    # A time preset after it compares times only: the sides' labels go.
+    page.click("#compare-presets button[data-preset=previous]")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('a_from') === '-2h'")
+    assert "a_label" not in query(page) and "b_label" not in query(page)
+    assert page.input_value("#a_label") == "" and page.input_value("#b_label") == ""
 
 
 def test_an_empty_side_says_so_and_lists_no_changes(server, page):

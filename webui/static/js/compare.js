@@ -270,6 +270,7 @@ for (const button of $('compare-presets').querySelectorAll('button[data-preset]'
   button.addEventListener('click', () => {
     update(p => {
       p.delete('from'); p.delete('to')
+      for (const key of SIDE_KEYS) p.delete(key) // times only: no side keeps a version's label
       for (const [key, value] of Object.entries(PRESETS[button.dataset.preset])) p.set(key, value)
     })
     load()
