@@ -174,14 +174,23 @@ def _split_timeline(selection: Selection, key: str, step: int) -> list[dict[str,
         raise ParamError("split", "a label key, or service, host or instance")
     query = db.get_db().query
     filters = db.filters_of(selection)
+    # The values offered for a key ignore that key's own filter (label_values: a dropdown lists
+    # the alternatives); a split by a filtered key keeps to the values the filter accepts.
     values = query.label_values(selection.start, selection.end, filters).get(key, [])
+    column = {"service": "services", "host": "hosts", "instance": "instances"}.get(key)
+    if column is not None:
+        accepted = set(getattr(filters, column))
+    else:
+        accepted = set(filters.label_groups().get(key, ()))
+        others = tuple(label for label in filters.labels if label[0] != key)
+    if accepted:
+        values = [value for value in values if value in accepted]
     series = []
     for value in values[:100]:
-        if key in ("service", "host", "instance"):
-            column = {"service": "services", "host": "hosts", "instance": "instances"}[key]
+        if column is not None:
             narrowed = replace(filters, **{column: (value,)})
         else:
-            narrowed = replace(filters, labels=(*filters.labels, (key, value)))
+            narrowed = replace(filters, labels=(*others, (key, value)))
         points = query.timeline(selection.start, selection.end, narrowed, step=step)
         filled = fill_timeline(points, _read_from(selection), selection.end, step)
         series.append({"value": value, "total": sum(c for _, c in filled), "points": filled})

@@ -310,3 +310,16 @@ def test_the_timeline_split_by_a_label_has_a_line_per_value(client):
     hosts = client.get(f"/api/timeline?{HOUR}&split=host").get_json()["series"]
     assert {s["value"] for s in hosts} == {"web-1", "web-2", "job-1"}
     assert client.get(f"/api/timeline?{HOUR}&split={'k' * 300}").status_code == 400
+
+
+def test_a_split_by_a_filtered_key_keeps_to_the_filter(client):
+    # A line per value the filter accepts, adding up to the total the page shows: a value it
+    # does not accept drew a line over the chart's scale.
+    for split, query in (("version", "label=version:1.4.1"), ("host", "host=web-2")):
+        body = client.get(f"/api/timeline?{HOUR}&{query}&split={split}").get_json()
+        assert [s["value"] for s in body["series"]] == [query.rpartition(":")[2].split("=")[-1]]
+        assert body["series"][0]["total"] == body["total"] > 0
+    both = "label=version:1.4.1&label=version:1.4.2"
+    body = client.get(f"/api/timeline?{HOUR}&{both}&split=version").get_json()
+    assert {s["value"] for s in body["series"]} == {"1.4.1", "1.4.2"}
+    assert sum(s["total"] for s in body["series"]) == body["total"]
