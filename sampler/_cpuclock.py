@@ -27,8 +27,17 @@ def _after_fork_in_child() -> None:
     _forked[threading.get_ident()] = (threading.current_thread(), threading.get_native_id())
 
 
+def _note_a_fork_before_import() -> None:
+    # Imported in a child forked before (a gunicorn worker loading its app after the fork):
+    # the importing thread, the one that forked, may carry its parent's id.
+    thread, real = threading.current_thread(), threading.get_native_id()
+    if getattr(thread, "native_id", real) != real:
+        _forked[threading.get_ident()] = (thread, real)
+
+
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+_note_a_fork_before_import()
 
 
 def native_id_of(ident: int) -> int | None:

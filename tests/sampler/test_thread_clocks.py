@@ -76,3 +76,39 @@ def test_a_forked_childs_thread_is_read_on_its_own_clock():
     facts = json.loads(result.stdout)
     assert facts["cpu"] == pytest.approx(facts["own"], abs=0.01)
     assert facts["samples"] >= 25  # 0.5 s of CPU at 100 Hz, less what a busy machine delays
+
+
+# Forked before the sampler is imported, as a gunicorn worker loads its app: the thread that
+# forked still says its parent's kernel id (before Python 3.12), and /dump named the master's.
+IMPORTED_AFTER_FORK = """
+import json, os, threading, time, urllib.request
+pid = os.fork()
+if pid == 0:
+    import sampler
+    s = sampler.start(port=0)
+    dump = urllib.request.urlopen(s.url + "/dump", timeout=10).read().decode()
+    main = next(line for line in dump.splitlines() if '"MainThread"' in line)
+    end = time.thread_time() + 0.2
+    while time.thread_time() < end:
+        pass
+    from sampler._cpuclock import thread_cpu_time
+    mine = thread_cpu_time(threading.get_ident())
+    print(json.dumps({"main": main, "pid": os.getpid(), "cpu": mine, "own": time.thread_time()}))
+    sampler.stop()
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+def test_a_child_that_imports_the_sampler_after_its_fork_reads_its_own_thread():
+    result = subprocess.run(
+        [sys.executable, "-c", IMPORTED_AFTER_FORK],
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    facts = json.loads(result.stdout)
+    assert f"(native {facts['pid']}," in facts["main"], facts  # the child's main thread: its pid
+    assert facts["cpu"] == pytest.approx(facts["own"], abs=0.01)
