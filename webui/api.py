@@ -17,7 +17,7 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from collector.store import InvalidQuery, StoreError, StoreUnavailable
 from sampler.profile import align_up, unescape_frame
 from webui import db
-from webui.db import missing_sqlite_file
+from webui.db import sqlite_file_problem
 from webui.exports import EXPORTS, ExportInfo
 from webui.model import (
     choose_step,
@@ -307,18 +307,17 @@ def _bad_query(exc: InvalidQuery) -> tuple[Response, int]:
 def _unavailable(exc: StoreUnavailable) -> tuple[Response, int]:
     db.mark_unavailable()
     current_app.logger.warning("database unavailable: %s", exc)
-    missing = missing_sqlite_file(current_app.config["DATABASE_URL"])
-    if missing is not None:  # not an outage: nothing has written there (yet)
-        message = (
-            f"the database is unavailable: there is no SQLite file at {missing} (is database_url "
-            "the one the collector writes to, and has it started?)"
-        )
-        return jsonify(error=message), 503
+    problem = sqlite_file_problem(current_app.config["DATABASE_URL"])
+    if problem is not None:  # not an outage: nothing of ours is there (yet)
+        return jsonify(error=f"the database is unavailable: {problem}"), 503
     return jsonify(error=f"the database is unavailable, try again shortly ({exc})"), 503
 
 
 def _store_error(exc: StoreError) -> tuple[Response, int]:
     current_app.logger.error("database error: %s", exc)
+    problem = sqlite_file_problem(current_app.config["DATABASE_URL"])
+    if problem is not None:
+        return jsonify(error=f"the database is unavailable: {problem}"), 503
     return jsonify(error=f"database error: {exc}"), 500
 
 

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import gc
 import os
+import sqlite3
 import threading
 import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -103,8 +104,10 @@ def readonly_url(url: str) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
-def missing_sqlite_file(url: str) -> str | None:
-    """The path of the SQLite file ``url`` names when there is no such file, else None."""
+def sqlite_file_problem(url: str) -> str | None:
+    """What is wrong with the SQLite file ``url`` names, when it is not a fleetflame database
+    (no such file, a folder, another kind of file, a database the collector never wrote), else
+    None: the store's own errors then say what failed."""
     parsed = sa.engine.make_url(url)
     database = parsed.database or ""
     if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:"):
@@ -112,7 +115,26 @@ def missing_sqlite_file(url: str) -> str | None:
     if database.startswith("file:"):
         database = database[len("file:") :].split("?", 1)[0]
     path = Path(database).resolve()
-    return None if path.exists() else str(path)
+    if not path.exists():
+        return (
+            f"there is no SQLite file at {path} (is database_url the one the collector writes "
+            "to, and has it started?)"
+        )
+    if not path.is_file():
+        return f"{path} is not a file (database_url must name the collector's SQLite file)"
+    try:
+        with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as conn:
+            ours = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
+            ).fetchone()
+    except sqlite3.DatabaseError as exc:
+        return f"{path} is not a SQLite database ({exc})"
+    if ours is None:
+        return (
+            f"the SQLite file at {path} holds no fleetflame data (is database_url the one the "
+            "collector writes to?)"
+        )
+    return None
 
 
 def _read_only_sessions(engine: sa.Engine) -> None:

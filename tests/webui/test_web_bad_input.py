@@ -2,6 +2,9 @@
 400 naming the parameter on every endpoint (they were 500s: a float overflow, a negative varint
 in pprof); a missing SQLite file is named."""
 
+import sqlite3
+from contextlib import closing
+
 import pytest
 
 ENDPOINTS = ["/api/flamegraph", "/api/top", "/api/pprof", "/api/speedscope", "/api/folded"]
@@ -22,6 +25,38 @@ def test_a_missing_sqlite_file_is_named_in_the_error(make_app, tmp_path):
     answer = app.test_client().get("/api/flamegraph")
     assert answer.status_code == 503
     assert str(missing) in answer.json["error"] and "collector" in answer.json["error"]
+
+
+def _empty_database(path):
+    path.touch()
+
+
+def _another_database(path):
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("CREATE TABLE notes (text)")
+
+
+@pytest.mark.parametrize(
+    "make, says",
+    [
+        (_empty_database, "holds no fleetflame data"),
+        (_another_database, "holds no fleetflame data"),
+        (lambda path: path.write_bytes(bytes(range(256)) * 20), "is not a SQLite database"),
+        (lambda path: path.mkdir(), "is not a file"),
+    ],
+)
+def test_a_file_that_is_not_the_collectors_database_is_named_in_the_error(
+    make_app, tmp_path, make, says
+):
+    # Not "try again shortly (attempt to write a readonly database)": nothing will change.
+    path = tmp_path / "fleetflame.db"
+    make(path)
+    app = make_app({"DATABASE_URL": f"sqlite:///{path}"})
+    for endpoint in ("/api/flamegraph", "/api/top", "/api/labels"):
+        answer = app.test_client().get(endpoint)
+        assert answer.status_code == 503, answer.data[:300]
+        assert str(path) in answer.json["error"] and says in answer.json["error"], answer.json
+        assert "try again" not in answer.json["error"]
 
 
 @pytest.mark.parametrize("label", ["version:", "version: ", ":1.4.2", "version"])
