@@ -1,7 +1,8 @@
 """The worker view: the live profile of one instance over the next N seconds (issue 14).
 
-``GET /api/live?instance=ID&seconds=N`` asks that instance's sampler for ``/stacks?seconds=N``
-and answers its flamegraph. Only instances the collector polls are reachable: the address is
+``GET /api/workers`` lists the instances the collector polls, with their service, host and the
+last minute sampled, latest first. ``GET /api/live?instance=ID&seconds=N`` asks that instance's
+sampler for ``/stacks?seconds=N`` and answers its flamegraph. Only instances the collector polls are reachable: the address is
 the collector's own record of the target that served that instance (the store's cursor
 targets), never one the request names, so the UI cannot be used to reach anything else.
 """
@@ -60,7 +61,10 @@ def live() -> Response:
         hint = " (set sampler_token)" if exc.code == 401 else ""
         return jsonify(error=f"the worker at {target} answered {exc.code}{hint}"), 502
     except OSError as exc:
-        return jsonify(error=f"the worker at {target} did not answer: {exc}"), 504
+        message = (
+            f"the worker at {target} did not answer: {exc}; pick another instance, or try again"
+        )
+        return jsonify(error=message), 504
     if len(text) > MAX_BYTES:
         return jsonify(error=f"the worker at {target} sent more than {MAX_BYTES} bytes"), 502
     try:
@@ -70,6 +74,34 @@ def live() -> Response:
     return jsonify(
         instance=instance, target=target, seconds=seconds, **flame_tree(counts).to_dict()
     )
+
+
+@bp.get("/api/workers")
+def workers() -> Response:
+    """The instances the collector polls now (each target's latest instance: one a restart
+    replaced is gone), with service, host and the last minute sampled, latest first."""
+    targets, series = schema.cursor_targets, schema.series
+    last = sa.func.max(series.c.last_bucket)
+    query = (
+        sa.select(targets.c.target, targets.c.instance, series.c.service, series.c.host, last)
+        .join(series, series.c.instance == targets.c.instance, isouter=True)
+        .group_by(targets.c.target, targets.c.instance, series.c.service, series.c.host)
+    )
+    with db.read_connection("listing the workers") as conn:
+        rows = conn.execute(query).all()
+    found: dict[str, dict] = {}
+    for target, instance, service, host, last_bucket in rows:
+        seen = found.get(instance)
+        if seen is None or (last_bucket or 0) > (seen["last"] or 0):
+            found[instance] = {
+                "instance": instance,
+                "target": target,
+                "service": service or "",
+                "host": host or "",
+                "last": last_bucket,
+            }
+    listed = sorted(found.values(), key=lambda w: (-(w["last"] or 0), w["instance"]))
+    return jsonify(workers=listed)
 
 
 def _target_of(instance: str) -> str | None:

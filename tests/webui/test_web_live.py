@@ -74,6 +74,13 @@ def test_a_polled_worker_is_recorded_live(polled, client):
     assert "busy_in_the_worker" in str(data["tree"])
 
 
+def test_the_workers_the_collector_polls_are_listed_latest_first(polled, client):
+    (worker,) = client.get("/api/workers").json["workers"]
+    assert worker["instance"] == polled[1] and worker["service"] == "live"
+    assert worker["target"].startswith("127.0.0.1:") and worker["host"]
+    assert worker["last"] > time.time() - 600
+
+
 @pytest.mark.parametrize(
     "query, status",
     [
@@ -114,6 +121,8 @@ def test_the_worker_page_records_and_draws(polled):
             page.goto(f"http://127.0.0.1:{httpd.server_port}/worker?seconds=1")
             page.wait_for_selector("body[data-state=ready]")
             page.select_option("#instance", polled[1])
+            # Named by its service and address, not by its instance id alone.
+            assert page.locator("#instance option").first.inner_text().startswith("live on ")
             page.click("#record")
             page.wait_for_selector("#chart g.frame[name='__main__:busy_in_the_worker']")
             assert "samples from 127.0.0.1:" in page.locator("#summary").inner_text()

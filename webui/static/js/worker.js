@@ -1,6 +1,6 @@
 // The worker view: one instance's live profile over the next seconds, from its own sampler.
 
-import { $, body, count, showStatus, wireTimeZone } from './util.js'
+import { $, body, count, formatTime, showStatus, wireTimeZone } from './util.js'
 import { api, params, update } from './state.js'
 import { createFlame } from './flame.js'
 import { shownName } from './frames.js'
@@ -10,13 +10,17 @@ const flame = createFlame($('chart'), {
   details: $('details')
 })
 
+// The instances the collector polls, the latest sampled first (the default): each named by
+// its service, host and address, with the last minute it was sampled.
 async function offerInstances () {
-  const query = new URLSearchParams({ from: '-1h' })
-  const instances = (await api('labels', query)).values.instance || []
+  const workers = (await api('workers', new URLSearchParams())).workers
   const wanted = params().get('instance')
-  $('instance').replaceChildren(...instances.map(i => new Option(i, i)))
-  if (wanted && instances.includes(wanted)) $('instance').value = wanted
-  if (!instances.length) showStatus('no instance polled in the last hour')
+  $('instance').replaceChildren(...workers.map(w => {
+    const last = w.last === null ? 'no samples stored' : `last sampled ${formatTime(w.last)}`
+    return new Option(`${w.service || '?'} on ${w.host || '?'}, ${w.target} (${w.instance}), ${last}`, w.instance)
+  }))
+  if (wanted && workers.some(w => w.instance === wanted)) $('instance').value = wanted
+  if (!workers.length) showStatus('the collector polls no worker yet')
 }
 
 async function record () {
@@ -36,7 +40,7 @@ async function record () {
   } catch (error) {
     showStatus(error.message)
     $('summary').textContent = ''
-    flame.clear(`${error.message}. Pick another instance, or try again.`)
+    flame.clear(error.message)
     body.dataset.state = 'error'
   }
 }
