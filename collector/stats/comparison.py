@@ -77,7 +77,8 @@ class NoiseFloor:
     holding half of A's and half of B's), of the largest change among the judged functions;
     ``significant_splits`` counts the splits that found a significant change (about ``fdr``
     of them when the test holds its rate). ``mde`` is the median over the judged functions
-    of the change detected with probability ``power`` at level ``alpha`` (the false discovery
+    whose share varies between replicates of the change detected with probability ``power`` at
+    level ``alpha`` (the false discovery
     rate over the number judged: the p-value one regression among unchanged functions needs).
     ``dispersion`` is how many times more a share varies between replicates than sample
     counting explains (1: samples as good as independent draws), fitted over all functions.
@@ -262,6 +263,9 @@ def _noise_floor(
     """Splits the replicates in two halves, each holding half of A's and half of B's, so that
     no change is real, and compares the halves as the real comparison was."""
     splits = options.splits if len(columns) else 0
+    # A share the same in every replicate (a root's total, always 100%) has no variation to
+    # measure a detectable change against: 0 there says nothing, and pulled the median down.
+    varying = mde[mde > 0]
     rng = np.random.default_rng(options.seed)
     a_counts, b_counts = family.a[:, columns], family.b[:, columns]
     counts = np.vstack([a_counts, b_counts])
@@ -279,7 +283,7 @@ def _noise_floor(
         splits=splits,
         largest_change=100 * float(np.median(largest)) if largest else None,
         significant_splits=alarms,
-        mde=100 * float(np.median(mde)) if len(mde) else None,
+        mde=100 * float(np.median(varying)) if len(varying) else None,
         alpha=alpha,
         power=options.power,
         dispersion=None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -76,6 +77,15 @@ def test_no_regression_passes_and_the_table_says_why(capsys, sides):
     assert status == 0, err
     assert "A: 10 replicates" in out and "noise floor" in out
     assert "OK: no significant regression above 2 points" in out
+    # The median of the functions' own detectable changes, and their range beside it.
+    found = re.search(
+        r"smallest detectable change: ([\d.]+) points, the median of the (\d+) judged "
+        r"functions' own whose shares vary, from ([\d.]+) to ([\d.]+) \(80% power\)",
+        out,
+    )
+    assert found, out
+    median, low, high = float(found[1]), float(found[3]), float(found[4])
+    assert 0 < low <= median <= high
 
 
 def test_fail_above_moves_the_gate(capsys, sides):

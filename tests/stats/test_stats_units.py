@@ -239,6 +239,18 @@ def test_noise_floor():
     assert (none.splits, none.largest_change, none.significant_splits) == (0, None, 0)
 
 
+def test_the_detectable_change_leaves_out_shares_that_never_vary():
+    # The root's total is 100% in every replicate: its own detectable change is 0, which says
+    # nothing (no variation to measure against) and pulled the median down (0.00 points for
+    # two runs of a program whose stacks are mostly one chain).
+    rng = np.random.default_rng(7)
+    comparison = compare_replicates(draw(rng, TRUTH, 10), draw(rng, TRUTH, 10))
+    judged = [f.mde for f in comparison.findings if f.judged]
+    assert 0.0 in judged
+    varying = [m for m in judged if m > 0]
+    assert comparison.noise_floor.mde == pytest.approx(float(np.median(varying)))
+
+
 def test_regressions_are_significant_rises_above_the_threshold():
     leaf = leaf_with_share(TRUTH, 2.0)
     grown = with_change(TRUTH, leaf, 3.0)
