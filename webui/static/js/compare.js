@@ -1,7 +1,7 @@
 // The compare page: two windows or two label values as a differential flamegraph (or side by
 // side), and the functions ranked by how their share of each side's total changed.
 
-import { $, body, count, formatTime, pct, regexEscape, showStatus, signedPct } from './util.js'
+import { $, body, count, counted, formatTime, pct, regexEscape, showStatus, signedPct } from './util.js'
 import { api, params, selectionParams, update } from './state.js'
 import { refreshFilters, setupFilters } from './filters.js'
 import { createFlame } from './flame.js'
@@ -205,9 +205,9 @@ async function load () {
     // The windows read (whole buckets), not the windows typed: two adjacent minutes typed off
     // the bucket edges read other minutes than they seem to.
     const read = side => `read ${formatTime(side.read_from)} → ${formatTime(side.read_to)}`
-    $('summary').textContent = `A: ${count(data.total_a)} samples, ${read(data.a)} · ` +
-      `B: ${count(data.total_b)} samples, ${read(data.b)} · ` +
-      `${data.nodes} frames${data.pruned_nodes ? ` (${data.pruned_nodes} [pruned])` : ''}`
+    $('summary').textContent = `A: ${counted(data.total_a, 'sample')}, ${read(data.a)} · ` +
+      `B: ${counted(data.total_b, 'sample')}, ${read(data.b)} · ` +
+      `${counted(data.nodes, 'frame')}${data.pruned_nodes ? ` (${data.pruned_nodes} [pruned])` : ''}`
     render()
     // An empty side has nothing to compare: no list of "changes" against nothing.
     showChanges()

@@ -1,6 +1,6 @@
 // The flamegraph page: timeline, filters, flamegraph, search and the top-functions table.
 
-import { $, body, compileSearch, count, el, formatTime, isoTime, pct, regexEscape, showStatus } from './util.js'
+import { $, body, compileSearch, count, counted, el, formatTime, isoTime, pct, regexEscape, showStatus } from './util.js'
 import { api, graphQuery, params, preloadedGraphQuery, selectionParams, update } from './state.js'
 import { currentLabelValues, refreshFilters, setupFilters } from './filters.js'
 import { drawTimeline, splitLegend } from './timeline.js'
@@ -129,7 +129,7 @@ async function load () {
     const pruned = graph.pruned_nodes
       ? `; ${count(graph.pruned_samples)} samples in ${graph.pruned_nodes} [pruned] frames (max_nodes=${graph.max_nodes})`
       : ''
-    $('summary').textContent = `${count(graph.total)} samples, ${graph.nodes} frames, ` +
+    $('summary').textContent = `${counted(graph.total, 'sample')}, ${counted(graph.nodes, 'frame')}, ` +
       `${graph.resolution} s buckets${pruned}`
     lastTree = graph.tree
     showWindowRead(graph)

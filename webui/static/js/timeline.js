@@ -69,7 +69,7 @@ function drawChart (svgElement, data) {
     .call(d3.axisBottom(x).ticks(Math.max(2, Math.floor(width / 110))).tickFormat(timeTicks()))
   svg.append('g').attr('class', 'axis')
     .attr('transform', `translate(${MARGIN.left},0)`)
-    .call(d3.axisLeft(y).ticks(3).tickFormat(d3.format('~s')))
+    .call(d3.axisLeft(y).tickValues(y.ticks(3).filter(Number.isInteger)).tickFormat(d3.format('~s')))
   return { svg, x, width }
 }
 

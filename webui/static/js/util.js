@@ -27,6 +27,8 @@ export function signedPct (share) {
 }
 
 export function count (n) { return Number(n).toLocaleString('en-US') }
+// A count and its noun, singular for one: "1 stall", "2 stalls".
+export function counted (n, noun) { return `${count(n)} ${noun}${Number(n) === 1 ? '' : 's'}` }
 
 export function showStatus (message) { $('status').textContent = message || '' }
 

@@ -1,6 +1,6 @@
 // The worst-cases page: the window's stalls and its routes' slowest requests.
 
-import { $, body, count, formatTime, pct, showStatus, signedPct } from './util.js'
+import { $, body, count, counted, formatTime, pct, showStatus, signedPct } from './util.js'
 import { api, params, selectionParams } from './state.js'
 import { refreshFilters, setupFilters } from './filters.js'
 import { createFlame } from './flame.js'
@@ -25,7 +25,11 @@ const stallTable = sortableTable($('stalls'), [
   { key: 'host', format: r => r.host },
   { key: 'thread', format: r => r.thread },
   { key: 'name', format: r => r.name, className: () => 'name' }
-], row => stallFlame.draw(tree(row.stacks.wall && Object.keys(row.stacks.wall).length ? row.stacks.wall : row.stacks.cpu)))
+], row => {
+  const stacks = row.stacks.wall && Object.keys(row.stacks.wall).length ? row.stacks.wall : row.stacks.cpu
+  if (stacks && Object.keys(stacks).length) stallFlame.draw(tree(stacks))
+  else stallFlame.clear('No stacks were read during this stall (a GIL hold whose holder the watcher could not name has none, and the python engine keeps no CPU samples to add).')
+})
 
 const bucketTable = sortableTable($('stall-buckets'), [
   { key: 'start', format: r => formatTime(r.t), className: time },
@@ -72,7 +76,7 @@ function showSlowest (route) {
     ? 'The slowest requests of each route'
     : `The slowest requests of ${shownName(route)}`
   $('slowest-summary').textContent = rows.length
-    ? `${rows.length} requests, slowest first; click one for the stacks sampled while it ran`
+    ? `${counted(rows.length, 'request')}, slowest first; click one for the stacks sampled while it ran`
     : 'No requests in this window for these filters.'
   slowestTable.set(rows, 'duration')
   slowestFlame.clear('')
@@ -149,7 +153,7 @@ async function load () {
     const [stalls, requests] = await Promise.all([api('stalls', query), api('requests', query)])
     if (ticket !== loading) return
     $('stall-summary').textContent = stalls.count
-      ? `${count(stalls.count)} stalls, ${stalls.seconds.toFixed(2)} s in all; the ${stalls.stalls.length} longest below (click one for its stacks)`
+      ? `${counted(stalls.count, 'stall')}, ${stalls.seconds.toFixed(2)} s in all; ${stalls.stalls.length === 1 ? 'it is' : `the ${stalls.stalls.length} longest`} below (click one for its stacks)`
       : 'No stalls in this window for these filters.'
     stallTable.set(stalls.stalls.map(s => ({ ...s, name: s.what })), 'duration')
     bucketTable.set(stalls.buckets.map(b => ({ ...b, start: b.t, p999: b['p99.9'] })), 'start')
