@@ -734,6 +734,14 @@ def test_stall_durations_are_drawn_over_time_with_their_percentiles(server, page
     }
     assert ys["max"] < ys["p50"]
     assert page.locator("#stall-buckets tbody tr").count() == 3
+    # The x axis is the window's hour, not the minutes with stalls: minute 25 sits left of the
+    # middle; the minutes apart are not joined (three pieces of line); four y ticks at most.
+    width = page.locator("#stall-durations").bounding_box()["width"]
+    third = float(page.locator("#stall-durations .line-max circle").nth(2).get_attribute("cx"))
+    assert third < 0.5 * width
+    path = page.locator("#stall-durations .line-max path").get_attribute("d")
+    assert path.count("M") == 3, path
+    assert 1 <= page.locator("#stall-durations .axis").nth(1).locator(".tick").count() <= 4
 
 
 def test_a_route_shows_its_slowest_requests_against_all_of_it(server, page):

@@ -15,16 +15,17 @@ const LINES = [
   { key: 'max', color: '#c0392b' }
 ]
 
-// buckets: [{ t, count, p50, p99, 'p99.9', max }] (seconds); step: the buckets' width.
-export function drawDurations (svgElement, buckets, step) {
+// buckets: [{ t, count, p50, p99, 'p99.9', max }] (seconds); step: the buckets' width;
+// window: [from, to] epoch seconds read, the x axis (else the buckets' own span).
+export function drawDurations (svgElement, buckets, step, window = null) {
   const svg = d3.select(svgElement)
   svg.selectAll('*').remove()
   if (!buckets.length) return
   const width = svgElement.clientWidth || 800
   svg.attr('viewBox', `0 0 ${width} ${HEIGHT}`)
-  const times = buckets.map(b => new Date(b.t * 1000))
-  const [first, last] = d3.extent(times)
-  const x = timeScale().domain([first, new Date(last.getTime() + step * 1000)])
+  const [first, last] = d3.extent(buckets, b => b.t)
+  const [from, to] = window || [first, last + step]
+  const x = timeScale().domain([new Date(Math.min(from, first) * 1000), new Date(Math.max(to, last + step) * 1000)])
     .range([MARGIN.left, width - MARGIN.right])
   const values = buckets.flatMap(b => LINES.map(line => b[line.key])).filter(v => v > 0)
   const y = d3.scaleLog().domain([d3.min(values) * 0.8, d3.max(values) * 1.25])
@@ -32,13 +33,21 @@ export function drawDurations (svgElement, buckets, step) {
   const middle = b => x(new Date((b.t + step / 2) * 1000))
   svg.append('g').attr('class', 'axis').attr('transform', `translate(0,${HEIGHT - MARGIN.bottom})`)
     .call(d3.axisBottom(x).ticks(Math.max(2, Math.floor(width / 110))).tickFormat(timeTicks()))
+  // A log scale spanning less than a decade ticks every unit (100, 90, 80 ... ms, overlapping):
+  // four of them at most.
+  const ticks = y.ticks(4)
+  const every = Math.ceil(ticks.length / 4)
   svg.append('g').attr('class', 'axis').attr('transform', `translate(${MARGIN.left},0)`)
-    .call(d3.axisLeft(y).ticks(4, '~s').tickFormat(v => `${+(v * 1000).toPrecision(2)} ms`))
+    .call(d3.axisLeft(y).tickValues(ticks.filter((_, i) => i % every === 0))
+      .tickFormat(v => `${+(v * 1000).toPrecision(2)} ms`))
   LINES.forEach((line, i) => {
     const points = buckets.filter(b => b[line.key] > 0)
+    // A line joins adjacent buckets only: a bucket without stalls between two breaks it.
+    const gapped = points.flatMap((b, k) => k && b.t - points[k - 1].t > step ? [null, b] : [b])
     const g = svg.append('g').attr('class', `duration-line line-${line.key.replace('.', '')}`)
-    g.append('path').datum(points).attr('fill', 'none').attr('stroke', line.color)
-      .attr('stroke-width', 1.5).attr('d', d3.line().x(middle).y(b => y(b[line.key])))
+    g.append('path').datum(gapped).attr('fill', 'none').attr('stroke', line.color)
+      .attr('stroke-width', 1.5)
+      .attr('d', d3.line().defined(b => b !== null).x(middle).y(b => y(b[line.key])))
     g.selectAll('circle').data(points).join('circle').attr('r', 2.5).attr('fill', line.color)
       .attr('cx', middle).attr('cy', b => y(b[line.key]))
       .append('title').text(b => `${formatTime(b.t)}: ${line.key} ${(b[line.key] * 1000).toFixed(1)} ms of ${b.count} stalls`)

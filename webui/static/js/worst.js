@@ -157,7 +157,8 @@ async function load () {
       : 'No stalls in this window for these filters.'
     stallTable.set(stalls.stalls.map(s => ({ ...s, name: s.what })), 'duration')
     bucketTable.set(stalls.buckets.map(b => ({ ...b, start: b.t, p999: b['p99.9'] })), 'start')
-    drawDurations($('stall-durations'), stalls.buckets, stalls.bucket_seconds)
+    drawDurations($('stall-durations'), stalls.buckets, stalls.bucket_seconds,
+      [stalls.selection.read_from, stalls.selection.read_to])
     drawOrSay(stallFlame, stalls.flamegraph, 'No stalls, so no stall time.')
     const rows = requests.routes.map(r => ({
       name: r.route,
