@@ -105,6 +105,11 @@ DEV = WEB + [
     "mypy>=1.10",
 ]
 
+# The web UI's vendored JavaScript is copied in by BuildPyWithAssets, after the packages were
+# found: its folder made now is found as the package of those files (a fresh clone has none,
+# and setuptools then warned that the package would be ignored).
+(Path(__file__).resolve().parent / "webui" / "static" / "vendor").mkdir(exist_ok=True)
+
 setup(
     name="fleetflame",
     version="0.1.0",
