@@ -589,7 +589,14 @@ def test_a_tooltip_gives_samples_seconds_and_percent(server, page):
 
 def test_a_finding_links_to_its_function_over_time_with_its_window_marked(server, page):
     open_view(page, f"{server}/findings?{WINDOW}")
-    assert "1 findings" in page.locator("#summary").inner_text()
+    assert "1 finding (click" in page.locator("#summary").inner_text()
+    # The page's table shows all of its rows, not a box of a few to scroll.
+    height = page.evaluate(
+        "() => getComputedStyle(document.querySelector('#findings').closest('.table-box'))"
+        ".maxHeight"
+    )
+    assert height == "none"
+    assert "points" in page.locator("#findings th[data-key=change]").inner_text()
     row = page.locator("#findings tbody tr").first
     assert "app:render" in row.inner_text() and "+3.00 (2.50 to 3.50)" in row.inner_text()
     row.locator("a", has_text="over time").click()
@@ -601,6 +608,26 @@ def test_a_finding_links_to_its_function_over_time_with_its_window_marked(server
     band = page.locator("#series g.finding rect").bounding_box()
     chart = page.locator("#series svg").bounding_box()
     assert band["width"] > 3 and chart["x"] < band["x"] < chart["x"] + chart["width"]
+
+
+def test_a_deploy_near_the_charts_end_keeps_its_label_inside(tmp_path, page):
+    # 1.4.2 deployed 58 minutes into the hour: the marker sits at the chart's right end, and
+    # its label ("version 1.4.2") was drawn right of it, past the chart's edge.
+    url = f"sqlite:///{tmp_path / 'deploy.db'}"
+    store = Store(url)
+    store.migrate()
+    store.write(
+        SampleRow(T0 + 60 * m, "cpu", "api", "h", "i", {"version": v}, "main;app:render", 10)
+        for m in range(60)
+        for v in ["1.4.1" if m < 58 else "1.4.2"]
+    )
+    store.close()
+    with serving(url) as base:
+        open_view(page, f"{base}/?from={T0}&to={T0 + 3600}&function=app:render")
+        page.wait_for_selector("#series g.deploy text")
+        chart = page.locator("#series svg").bounding_box()
+        box = page.locator("#series g.deploy text").bounding_box()
+        assert chart["x"] <= box["x"] and box["x"] + box["width"] <= chart["x"] + chart["width"]
 
 
 def test_the_findings_and_worker_pages_open_without_errors(server, page):

@@ -1,6 +1,6 @@
 // The findings page: regressions the collector's scheduled comparison found.
 
-import { $, body, el, formatTime, regexEscape, showStatus } from './util.js'
+import { $, body, counted, el, formatTime, regexEscape, showStatus } from './util.js'
 import { api, params, selectionParams } from './state.js'
 import { refreshFilters, setupFilters } from './filters.js'
 import { sortableTable } from './table.js'
@@ -8,7 +8,7 @@ import { shownName, unescapeFrame } from './frames.js'
 
 const points = x => `${x.toFixed(2)}%`
 const table = sortableTable($('findings'), [
-  { key: 'found_at', format: r => formatTime(Math.floor(r.found_at)) },
+  { key: 'found_at', format: r => formatTime(Math.floor(r.found_at)), className: () => 'time' },
   { key: 'service', format: r => r.service },
   { key: 'name', format: r => shownName(r.name), className: () => 'name' },
   { key: 'kind', format: r => r.kind },
@@ -16,7 +16,7 @@ const table = sortableTable($('findings'), [
   { key: 'b_share', format: r => points(r.b_share), className: () => 'num' },
   { key: 'change', format: r => `+${r.change.toFixed(2)} (${r.ci_low.toFixed(2)} to ${r.ci_high.toFixed(2)})`, className: () => 'num pos' },
   { key: 'q', format: r => r.q.toPrecision(2), className: () => 'num' },
-  { key: 'compared', format: r => r.compared },
+  { key: 'compared', format: r => r.compared, className: () => 'time' },
   { key: 'b_from', format: seriesLink }
 ], row => { window.location.href = row.link })
 
@@ -38,7 +38,7 @@ async function load () {
   try {
     const data = await api('findings', selectionParams(params()))
     $('summary').textContent = data.findings.length
-      ? `${data.findings.length} findings (click one for its comparison)`
+      ? `${counted(data.findings.length, 'finding')} (click one for its comparison)`
       : 'No regressions found in this window.'
     // Names are stored escaped as in folded text: shown as the flamegraph shows them.
     table.set(data.findings.map(f => ({ ...f, name: unescapeFrame(f.function) })), 'found_at')

@@ -61,8 +61,10 @@ function draw (box, data) {
     const g = svg.append('g').attr('class', 'deploy')
     g.append('line').attr('x1', at).attr('x2', at).attr('y1', MARGIN.top).attr('y2', HEIGHT - MARGIN.bottom)
       .attr('stroke', '#888').attr('stroke-dasharray', '4 3')
-    g.append('text').attr('x', at + 3).attr('y', MARGIN.top - 4).attr('font-size', 11)
-      .text(`${deploy.label} ${deploy.after}`)
+    // Its label right of the line, or left of it in the chart's right half (not cut off).
+    const right = at > (MARGIN.left + width - MARGIN.right) / 2
+    g.append('text').attr('x', right ? at - 3 : at + 3).attr('y', MARGIN.top - 4).attr('font-size', 11)
+      .attr('text-anchor', right ? 'end' : 'start').text(`${deploy.label} ${deploy.after}`)
   }
   // A finding's B window, where the collector's comparison saw the regression: a band.
   const [first, last] = x.range()
