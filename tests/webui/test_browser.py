@@ -523,6 +523,13 @@ def test_compare_previous_version_in_one_click_colours_by_self_change(server, pa
     assert page.input_value("#a_label") == "" and page.input_value("#b_label") == ""
 
 
+def test_a_comparison_with_no_sides_set_says_both_are_the_same(server, page):
+    open_view(page, f"{server}/compare?{WINDOW}")
+    assert page.locator("#summary").inner_text().startswith("Both sides are the same window")
+    open_view(page, f"{server}/compare?{WINDOW}&b_label=version:1.4.2")
+    assert "Both sides" not in page.locator("#summary").inner_text()
+
+
 def test_an_empty_side_says_so_and_lists_no_changes(server, page):
     open_view(page, f"{server}/compare?{WINDOW}&a_label=version:none&b_label=version:1.4.2")
     assert "No samples in side A" in page.locator("#chart").inner_text()

@@ -205,7 +205,10 @@ async function load () {
     // The windows read (whole buckets), not the windows typed: two adjacent minutes typed off
     // the bucket edges read other minutes than they seem to.
     const read = side => `read ${formatTime(side.read_from)} → ${formatTime(side.read_to)}`
-    $('summary').textContent = `A: ${counted(data.total_a, 'sample')}, ${read(data.a)} · ` +
+    // Nothing set for either side: both read the shared window, and nothing can differ.
+    const same = SIDE_KEYS.some(key => p.get(key)) ? ''
+      : 'Both sides are the same window and filters: pick a preset, or set A and B above. '
+    $('summary').textContent = same + `A: ${counted(data.total_a, 'sample')}, ${read(data.a)} · ` +
       `B: ${counted(data.total_b, 'sample')}, ${read(data.b)} · ` +
       `${counted(data.nodes, 'frame')}${data.pruned_nodes ? ` (${data.pruned_nodes} [pruned])` : ''}`
     render()
