@@ -108,7 +108,10 @@ DEV = WEB + [
 # The web UI's vendored JavaScript is copied in by BuildPyWithAssets, after the packages were
 # found: its folder made now is found as the package of those files (a fresh clone has none,
 # and setuptools then warned that the package would be ignored).
-(Path(__file__).resolve().parent / "webui" / "static" / "vendor").mkdir(exist_ok=True)
+try:
+    (Path(__file__).resolve().parent / "webui" / "static" / "vendor").mkdir(exist_ok=True)
+except OSError:  # a read-only tree (a container layer): the warning, not a failed build
+    pass
 
 setup(
     name="fleetflame",

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(settings.log_level, settings.log_format)
 
     from collector.service import Collector
-    from collector.store import StoreError
+    from collector.store import StoreError, StoreUnavailable
 
     try:
         collector = Collector(settings)
@@ -56,9 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             collector.migrate(wait=False)
             report = collector.poll_cycle()
-        except StoreError as exc:  # unreachable, or not a database of ours: one line, no trace
+        except StoreError as exc:  # unreachable (1: try again), or not a database of ours (2)
             log_event(log, logging.ERROR, "cannot open the store", error=str(exc))
-            return 1
+            return 1 if isinstance(exc, StoreUnavailable) else 2
         finally:
             collector.stop()
         return 0 if report.written and not report.skipped else 1

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +38,8 @@ log = logging.getLogger("collector.worst")
 # Bounds on what one read may add: the sampler keeps 500 stalls, 200 routes, 50 stacks a stall.
 MAX_STALLS = 500
 MAX_ROUTES = 200
+MAX_SLOWEST = 20  # slowest requests read from a route (a worker lists 5)
+MAX_SLOW_STACKS = 50  # stacks of one slow request (a worker lists 20)
 MAX_BYTES = 8_000_000
 # The widths request_fleet keeps, coarsest first: a window is read in as few rows as fit it.
 FLEET_WIDTHS = (86400, 3600, 600, 60)
@@ -172,13 +175,13 @@ class WorstCases:
             current[route] = part
             try:
                 row = _route_delta(part, seen.get(route), labels.get("host", target.host))
-            except SketchError as exc:
+            except (SketchError, KeyError, TypeError, ValueError) as exc:
                 # This route only: its sketches stay malformed until the worker restarts,
                 # and its other routes are still worth keeping.
                 log_event(
                     log,
                     logging.WARNING,
-                    "worst cases: a route's sketches in /requests.json are malformed, skipped",
+                    "worst cases: a route in /requests.json is malformed, skipped",
                     target=target.address,
                     route=str(route)[:200],
                     error=str(exc)[:200],
@@ -310,12 +313,8 @@ def _route_delta(part: dict, before: dict | None, host: str) -> dict | None:
         added = float(weight) - float(slow_before["stacks"].get(stack, 0))
         if added > 0:
             stacks[_text(stack, "stack")] = round(added, 2)
-    seen_ids = {r["id"] for r in (before or {}).get("slowest", [])}
-    slowest = [
-        {**r, "host": host}  # where it ran, once merged with other instances' rows
-        for r in part.get("slowest", [])
-        if isinstance(r, dict) and r.get("id") not in seen_ids
-    ]
+    seen_ids = {r["id"] for r in _slow_requests((before or {}).get("slowest"), host)}
+    slowest = [r for r in _slow_requests(part.get("slowest"), host) if r["id"] not in seen_ids]
     return {
         "count": count,
         "errors": max(0, int(part.get("errors", 0)) - int((before or {}).get("errors", 0))),
@@ -328,6 +327,57 @@ def _route_delta(part: dict, before: dict | None, host: str) -> dict | None:
             }
         ),
     }
+
+
+def _slow_requests(listed: Any, host: str) -> list[dict]:
+    """The slowest requests of a route as /requests.json lists them, each rebuilt from the
+    fields a row keeps, with the ``host`` it ran on; an entry that is not one is left out
+    (the worker's document is input: a bad entry must cost itself, not the route's rows)."""
+    kept = []
+    for r in listed[:MAX_SLOWEST] if isinstance(listed, list) else []:
+        if not isinstance(r, dict):
+            continue
+        ident, duration, start = r.get("id"), r.get("duration"), r.get("start")
+        stacks, queue = r.get("stacks"), r.get("queue")
+        if not (
+            _whole(ident)
+            and _seconds(duration)
+            and _seconds(start)
+            and (queue is None or _seconds(queue))
+            and isinstance(stacks, dict)
+        ):
+            continue
+        kept.append(
+            {
+                "id": ident,
+                "start": float(start),
+                "duration": float(duration),
+                "queue": None if queue is None else float(queue),
+                "thread": str(r.get("thread", ""))[:200],
+                "status": r.get("status") if _whole(r.get("status")) else 0,
+                "path": str(r.get("path", ""))[:2000],
+                "host": host,  # where it ran, once merged with other instances' rows
+                "stacks": {
+                    stack: float(weight)
+                    for stack, weight in list(stacks.items())[:MAX_SLOW_STACKS]
+                    if isinstance(stack, str) and len(stack) <= 10_000 and _seconds(weight)
+                },
+            }
+        )
+    return kept
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _seconds(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
 
 
 def _stall_row(stall: Any, instance: str, labels: dict[str, str]) -> dict:

@@ -28,11 +28,15 @@ def _after_fork_in_child() -> None:
 
 
 def _note_a_fork_before_import() -> None:
-    # Imported in a child forked before (a gunicorn worker loading its app after the fork):
-    # the importing thread, the one that forked, may carry its parent's id.
-    thread, real = threading.current_thread(), threading.get_native_id()
-    if getattr(thread, "native_id", real) != real:
-        _forked[threading.get_ident()] = (thread, real)
+    # Imported in a child forked before (a gunicorn worker loading its app after the fork,
+    # from any of its threads): the thread that forked is the child's main thread, and may
+    # carry its parent's id. On Linux a child's main thread has the process's id; the stale
+    # one names no thread of this process.
+    main = threading.main_thread()
+    stale = getattr(main, "native_id", None)
+    if AVAILABLE and stale is not None and stale != os.getpid():
+        if not os.path.exists(f"/proc/self/task/{stale}"):
+            _forked[main.ident] = (main, os.getpid())  # type: ignore[index]
 
 
 if hasattr(os, "register_at_fork"):

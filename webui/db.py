@@ -104,6 +104,9 @@ def readonly_url(url: str) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
+NOT_A_DATABASE = "file is not a database"  # SQLite's message (Python 3.10 has no error name)
+
+
 def sqlite_file_problem(url: str) -> str | None:
     """What is wrong with the SQLite file ``url`` names, when it is not a fleetflame database
     (no such file, a folder, another kind of file, a database the collector never wrote), else
@@ -123,12 +126,14 @@ def sqlite_file_problem(url: str) -> str | None:
     if not path.is_file():
         return f"{path} is not a file (database_url must name the collector's SQLite file)"
     try:
-        with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as conn:
+        with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=0)) as conn:
             ours = conn.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
             ).fetchone()
     except sqlite3.DatabaseError as exc:
-        return f"{path} is not a SQLite database ({exc})"
+        if getattr(exc, "sqlite_errorname", "") == "SQLITE_NOTADB" or str(exc) == NOT_A_DATABASE:
+            return f"{path} is not a SQLite database ({exc})"
+        return None  # locked, or not readable now: the store's own error says so
     if ours is None:
         return (
             f"the SQLite file at {path} holds no fleetflame data (is database_url the one the "

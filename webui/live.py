@@ -1,7 +1,7 @@
 """The worker view: the live profile of one instance over the next N seconds (issue 14).
 
-``GET /api/workers`` lists the instances the collector polls, with their service, host and the
-last minute sampled, latest first. ``GET /api/live?instance=ID&seconds=N`` asks that instance's
+``GET /api/workers`` lists the targets the collector has polled, with their latest instance,
+its service, host and the last minute sampled, latest first. ``GET /api/live?instance=ID&seconds=N`` asks that instance's
 sampler for ``/stacks?seconds=N`` and answers its flamegraph. Only instances the collector polls are reachable: the address is
 the collector's own record of the target that served that instance (the store's cursor
 targets), never one the request names, so the UI cannot be used to reach anything else.
@@ -78,8 +78,8 @@ def live() -> Response:
 
 @bp.get("/api/workers")
 def workers() -> Response:
-    """The instances the collector polls now (each target's latest instance: one a restart
-    replaced is gone), with service, host and the last minute sampled, latest first."""
+    """Every target the collector has polled, with its latest instance (one a restart
+    replaced is gone), service, host and the last minute sampled, latest first."""
     targets, series = schema.cursor_targets, schema.series
     last = sa.func.max(series.c.last_bucket)
     query = (

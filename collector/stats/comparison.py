@@ -76,10 +76,10 @@ class NoiseFloor:
     ``largest_change`` is the median, over ``splits`` A/A splits of the replicates (each half
     holding half of A's and half of B's), of the largest change among the judged functions;
     ``significant_splits`` counts the splits that found a significant change (about ``fdr``
-    of them when the test holds its rate). ``mde`` is the median over the judged functions
-    whose share varies between replicates of the change detected with probability ``power`` at
-    level ``alpha`` (the false discovery
-    rate over the number judged: the p-value one regression among unchanged functions needs).
+    of them when the test holds its rate). ``mde`` is the change detected with probability
+    ``power`` at level ``alpha`` (the false discovery rate over the number judged: the p-value
+    one regression among unchanged functions needs), the median over the judged functions
+    whose share varies between replicates.
     ``dispersion`` is how many times more a share varies between replicates than sample
     counting explains (1: samples as good as independent draws), fitted over all functions.
     """

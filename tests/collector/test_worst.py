@@ -265,7 +265,7 @@ def test_a_route_no_sampler_sends_is_skipped_and_the_others_stored(servers, logs
     finally:
         worst.close()
         store.close()
-    skipped = logs.matching("level=warning", "route's sketches in /requests.json are malformed")
+    skipped = logs.matching("level=warning", "route in /requests.json is malformed")
     assert len(skipped) == 2
     assert any("route=/far" in line and "index" in line for line in skipped)
     assert any("route=/huge" in line for line in skipped)
@@ -274,6 +274,51 @@ def test_a_route_no_sampler_sends_is_skipped_and_the_others_stored(servers, logs
         stored_routes = conn.execute(sa.select(schema.request_buckets.c.route)).scalars().all()
     engine.dispose()
     assert stored_routes == ["/fine"]
+
+
+def test_malformed_slowest_requests_cost_only_themselves(servers, logs, sqlite_url):
+    # Entries that are no request (not an object, no id, an id that cannot be compared, a
+    # duration that is no number) are left out; the good one is kept, and a second read in
+    # the same minute (the job reads every 30 s) merges with the first: it used to fail the
+    # whole write of every target, or drop the worker's routes until it restarted.
+    good = {"id": 7, "start": 1.5, "duration": 0.25, "queue": None, "thread": "t",
+            "status": 200, "path": "/p", "stacks": {"m;slow": 3, "m;bad": "x"}}  # fmt: skip
+    part = route_part([[-230, 1]])
+    part["slowest"] = [good, "no", {"duration": 1.0}, {"id": [1], "duration": 2.0, "start": 1},
+                       {"id": 8, "duration": "long", "start": 1, "stacks": {}}]  # fmt: skip
+    document = {"format": "fleetflame.requests/1", "series": "s1", "routes": {"/r": part}}
+
+    def answer(handler):
+        body = json.dumps(document if "requests" in handler.path else {"stalls": []}).encode()
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    server = servers()
+    server.behaviour = answer
+    store = Store(sqlite_url)
+    store.migrate()
+    worst = WorstCases(store)
+    target = Target("127.0.0.1", server.port)
+    try:
+        assert worst.poll([target], time.time())["request_buckets"] == 1
+        part["count"] += 1  # the same minute, read again: merged with the first row
+        for name in ("latency", "queue", "total"):
+            part[name].update(count=part[name]["count"] + 1, bins=[[-230, 2]])
+        part["slowest"].append({**good, "id": 9, "duration": 0.5})
+        worst.poll([target], time.time())
+    finally:
+        worst.close()
+        store.close()
+    engine = sa.create_engine(sqlite_url)
+    with engine.connect() as conn:
+        (slow,) = conn.execute(sa.select(schema.request_buckets.c.slow)).scalars().all()
+    engine.dispose()
+    slowest = json.loads(slow)["slowest"]
+    assert [(r["id"], r["duration"]) for r in slowest] == [(9, 0.5), (7, 0.25)]
+    assert slowest[1]["stacks"] == {"m;slow": 3.0}
+    assert not logs.matching("level=warning", "route in /requests.json is malformed")
 
 
 def test_an_unreadable_stored_row_is_replaced_and_the_window_still_answers(sqlite_url, logs):

@@ -84,6 +84,10 @@ IMPORTED_AFTER_FORK = """
 import json, os, threading, time, urllib.request
 pid = os.fork()
 if pid == 0:
+    # Imported from another thread than the one that forked (a request thread, lazily).
+    importer = threading.Thread(target=lambda: __import__("sampler"))
+    importer.start()
+    importer.join()
     import sampler
     s = sampler.start(port=0)
     dump = urllib.request.urlopen(s.url + "/dump", timeout=10).read().decode()

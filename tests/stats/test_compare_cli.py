@@ -79,8 +79,8 @@ def test_no_regression_passes_and_the_table_says_why(capsys, sides):
     assert "OK: no significant regression above 2 points" in out
     # The median of the functions' own detectable changes, and their range beside it.
     found = re.search(
-        r"smallest detectable change: ([\d.]+) points, the median of the (\d+) judged "
-        r"functions' own whose shares vary, from ([\d.]+) to ([\d.]+) \(80% power\)",
+        r"smallest detectable change: median ([\d.]+) points over the (\d+) judged "
+        r"functions whose share varies \(([\d.]+) to ([\d.]+); 80% power\)",
         out,
     )
     assert found, out

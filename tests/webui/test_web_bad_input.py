@@ -64,3 +64,18 @@ def test_a_label_filter_needs_a_key_and_a_value(client, label):
     answer = client.get("/api/flamegraph", query_string={"label": label})
     assert answer.status_code == 400
     assert answer.json["param"] == "label" and "key:value" in answer.json["error"]
+
+
+def test_a_locked_database_is_not_called_another_kind_of_file(tmp_path):
+    # A lock (a writer mid-transaction) is an outage to wait out, not a wrong file.
+    from webui.db import sqlite_file_problem
+
+    path = tmp_path / "fleetflame.db"
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("CREATE TABLE alembic_version (version_num TEXT)")
+        conn.commit()
+    assert sqlite_file_problem(f"sqlite:///{path}") is None
+    with closing(sqlite3.connect(path, isolation_level=None)) as writer:
+        writer.execute("BEGIN EXCLUSIVE")
+        assert sqlite_file_problem(f"sqlite:///{path}") is None
+        writer.execute("ROLLBACK")

@@ -74,11 +74,42 @@ def test_a_polled_worker_is_recorded_live(polled, client):
     assert "busy_in_the_worker" in str(data["tree"])
 
 
-def test_the_workers_the_collector_polls_are_listed_latest_first(polled, client):
-    (worker,) = client.get("/api/workers").json["workers"]
-    assert worker["instance"] == polled[1] and worker["service"] == "live"
-    assert worker["target"].startswith("127.0.0.1:") and worker["host"]
-    assert worker["last"] > time.time() - 600
+def test_the_workers_the_collector_polls_are_listed_latest_first(polled, tmp_path):
+    import shutil
+
+    import sqlalchemy as sa
+
+    from collector.store import schema
+    from webui import create_app
+
+    # Beside the live worker: one sampled an hour ago, and one with no samples stored yet.
+    path = tmp_path / "workers.db"
+    shutil.copy(polled[0].removeprefix("sqlite:///"), path)
+    engine = sa.create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        live = dict(conn.execute(sa.select(schema.series)).mappings().first())
+        hour_ago = live["last_bucket"] - 3600
+        old = {**live, "id": live["id"] + 1, "instance": "old-1", "host": "h-old"}
+        conn.execute(schema.series.insert(), [{**old, "last_bucket": hour_ago}])
+        conn.execute(
+            schema.cursor_targets.insert(),
+            [
+                {"target": "127.0.0.1:1", "instance": "old-1"},
+                {"target": "127.0.0.1:2", "instance": "new-1"},
+            ],
+        )
+    engine.dispose()
+    app = create_app({"DATABASE_URL": f"sqlite:///{path}"})
+    try:
+        workers = app.test_client().get("/api/workers").json["workers"]
+    finally:
+        app.extensions["fleetflame_db"].close()
+    assert [w["instance"] for w in workers] == [polled[1], "old-1", "new-1"]
+    first, second, third = workers
+    assert first["service"] == "live" and first["target"].startswith("127.0.0.1:")
+    assert first["last"] > time.time() - 600
+    assert (second["host"], second["last"], second["target"]) == ("h-old", hour_ago, "127.0.0.1:1")
+    assert (third["service"], third["last"]) == ("", None)
 
 
 @pytest.mark.parametrize(

@@ -16,15 +16,15 @@ const LINES = [
 ]
 
 // buckets: [{ t, count, p50, p99, 'p99.9', max }] (seconds); step: the buckets' width;
-// window: [from, to] epoch seconds read, the x axis (else the buckets' own span).
-export function drawDurations (svgElement, buckets, step, window = null) {
+// readWindow: [from, to] epoch seconds read, the x axis (else the buckets' own span).
+export function drawDurations (svgElement, buckets, step, readWindow = null) {
   const svg = d3.select(svgElement)
   svg.selectAll('*').remove()
   if (!buckets.length) return
   const width = svgElement.clientWidth || 800
   svg.attr('viewBox', `0 0 ${width} ${HEIGHT}`)
   const [first, last] = d3.extent(buckets, b => b.t)
-  const [from, to] = window || [first, last + step]
+  const [from, to] = readWindow || [first, last + step]
   const x = timeScale().domain([new Date(Math.min(from, first) * 1000), new Date(Math.max(to, last + step) * 1000)])
     .range([MARGIN.left, width - MARGIN.right])
   const values = buckets.flatMap(b => LINES.map(line => b[line.key])).filter(v => v > 0)
@@ -33,13 +33,8 @@ export function drawDurations (svgElement, buckets, step, window = null) {
   const middle = b => x(new Date((b.t + step / 2) * 1000))
   svg.append('g').attr('class', 'axis').attr('transform', `translate(0,${HEIGHT - MARGIN.bottom})`)
     .call(d3.axisBottom(x).ticks(Math.max(2, Math.floor(width / 110))).tickFormat(timeTicks()))
-  // A log scale spanning less than a decade ticks every unit (100, 90, 80 ... ms, overlapping):
-  // four of them at most.
-  const ticks = y.ticks(4)
-  const every = Math.ceil(ticks.length / 4)
   svg.append('g').attr('class', 'axis').attr('transform', `translate(${MARGIN.left},0)`)
-    .call(d3.axisLeft(y).tickValues(ticks.filter((_, i) => i % every === 0))
-      .tickFormat(v => `${+(v * 1000).toPrecision(2)} ms`))
+    .call(d3.axisLeft(y).tickValues(logTicks(y)).tickFormat(v => `${+(v * 1000).toPrecision(2)} ms`))
   LINES.forEach((line, i) => {
     const points = buckets.filter(b => b[line.key] > 0)
     // A line joins adjacent buckets only: a bucket without stalls between two breaks it.
@@ -54,4 +49,15 @@ export function drawDurations (svgElement, buckets, step, window = null) {
     g.append('text').attr('x', MARGIN.left + 8 + i * 70).attr('y', MARGIN.top - 3)
       .attr('font-size', 11).attr('fill', line.color).text(line.key)
   })
+}
+
+// Four ticks at most of a log scale: those d3 would label (powers of ten first), thinned; within
+// a decade, where it labels every unit (100, 90, 80 ... ms, overlapping), every few of them.
+function logTicks (y) {
+  const ticks = y.ticks(4)
+  const labelled = y.tickFormat(4)
+  const named = ticks.filter(v => labelled(v) !== '')
+  const pool = named.length >= 2 ? named : ticks
+  const every = Math.ceil(pool.length / 4)
+  return pool.filter((_, i) => i % every === 0)
 }

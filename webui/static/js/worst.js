@@ -13,7 +13,8 @@ import { deltaColor, markSelfDeltas } from './diffcolor.js'
 // route's 42 us read as 0.0 ms).
 const ms = seconds => {
   if (seconds === null || seconds === undefined) return '–'
-  return seconds > 0 && seconds < 0.001 ? `${Math.round(seconds * 1e6)} µs` : `${(seconds * 1000).toFixed(1)} ms`
+  const micro = Math.round(seconds * 1e6)
+  return seconds > 0 && micro < 1000 ? `${micro} µs` : `${(seconds * 1000).toFixed(1)} ms`
 }
 const time = () => 'time'
 const num = () => 'num'
@@ -77,7 +78,7 @@ function showSlowest (route) {
     : `The slowest requests of ${shownName(route)}`
   $('slowest-summary').textContent = rows.length
     ? `${counted(rows.length, 'request')}, slowest first; click one for the stacks sampled while it ran`
-    : 'No requests in this window for these filters.'
+    : `No slowest requests recorded in this window for ${route === null ? 'these filters' : 'this route'}.`
   slowestTable.set(rows, 'duration')
   slowestFlame.clear('')
 }
