@@ -235,6 +235,22 @@ def route_part(bins):
     }
 
 
+def serving_requests(servers, document):
+    """A worker answering ``document`` (read again at each request) as its /requests.json,
+    and no stalls."""
+
+    def answer(handler):
+        body = json.dumps(document if "requests" in handler.path else {"stalls": []}).encode()
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    server = servers()
+    server.behaviour = answer
+    return server
+
+
 def test_a_route_no_sampler_sends_is_skipped_and_the_others_stored(servers, logs, sqlite_url):
     # A bin a billion indices up would pack into an endless row, and a count of 2**63 would
     # carry into the next bin when merged: those routes are refused, the others stored.
@@ -247,16 +263,7 @@ def test_a_route_no_sampler_sends_is_skipped_and_the_others_stored(servers, logs
         for name in ("latency", "queue", "total"):
             part[name]["count"] = part["count"]
     document = {"format": "fleetflame.requests/1", "series": "s1", "routes": routes}
-
-    def answer(handler):
-        body = json.dumps(document if "requests" in handler.path else {"stalls": []}).encode()
-        handler.send_response(200)
-        handler.send_header("Content-Length", str(len(body)))
-        handler.end_headers()
-        handler.wfile.write(body)
-
-    server = servers()
-    server.behaviour = answer
+    server = serving_requests(servers, document)
     store = Store(sqlite_url)
     store.migrate()
     worst = WorstCases(store)
@@ -287,16 +294,7 @@ def test_malformed_slowest_requests_cost_only_themselves(servers, logs, sqlite_u
     part["slowest"] = [good, "no", {"duration": 1.0}, {"id": [1], "duration": 2.0, "start": 1},
                        {"id": 8, "duration": "long", "start": 1, "stacks": {}}]  # fmt: skip
     document = {"format": "fleetflame.requests/1", "series": "s1", "routes": {"/r": part}}
-
-    def answer(handler):
-        body = json.dumps(document if "requests" in handler.path else {"stalls": []}).encode()
-        handler.send_response(200)
-        handler.send_header("Content-Length", str(len(body)))
-        handler.end_headers()
-        handler.wfile.write(body)
-
-    server = servers()
-    server.behaviour = answer
+    server = serving_requests(servers, document)
     store = Store(sqlite_url)
     store.migrate()
     worst = WorstCases(store)

@@ -659,9 +659,8 @@ def test_keys_and_the_search_filters_the_table(server, page):
     page.wait_for_function("() => !new URLSearchParams(location.search).has('focus')")
 
 
-def test_the_search_finds_functions_below_the_top_rows(tmp_path, page):
-    # 250 leaves with self samples fill the table's 200 rows; their caller has none. The table
-    # filtered the 200 rows it had, and showed nothing for a search the graph matched.
+def wide_window(tmp_path) -> str:
+    """A database whose minute at T0 holds 250 leaves under app:quote, which has no self."""
     url = f"sqlite:///{tmp_path / 'wide.db'}"
     store = Store(url)
     store.migrate()
@@ -670,6 +669,13 @@ def test_the_search_finds_functions_below_the_top_rows(tmp_path, page):
         for i in range(250)
     )
     store.close()
+    return url
+
+
+def test_the_search_finds_functions_below_the_top_rows(tmp_path, page):
+    # 250 leaves with self samples fill the table's 200 rows; their caller has none. The table
+    # filtered the 200 rows it had, and showed nothing for a search the graph matched.
+    url = wide_window(tmp_path)
     with serving(url) as base:
         open_view(page, f"{base}/?from={T0}&to={T0 + 60}&search=quote")
         page.wait_for_function("() => document.querySelectorAll('#top tbody tr').length === 1")
@@ -685,14 +691,7 @@ def test_the_search_finds_functions_below_the_top_rows(tmp_path, page):
 def test_a_search_typed_while_the_table_loads_is_asked_of_the_server(tmp_path, page):
     # The table's first answer is held back while "quote" is typed: once it comes, the page
     # asks again with the search (the 200 rows it had hold no app:quote, which has no self).
-    url = f"sqlite:///{tmp_path / 'wide.db'}"
-    store = Store(url)
-    store.migrate()
-    store.write(
-        SampleRow(T0, "cpu", "wide", "h", "i", {}, f"main;app:quote;lib:leaf{i}", 10)
-        for i in range(250)
-    )
-    store.close()
+    url = wide_window(tmp_path)
     held = []
     with serving(url) as base:
         page.route("**/api/top?*", lambda route: route.continue_() if held else held.append(route))
