@@ -465,6 +465,24 @@ static PyObject *frame_name(drain_state *state, record_head *record, record_fram
 }
 
 /* The label set of the record's innermost tagged frame when it was taken (0: none). */
+/* ``tuple``, no longer tracked by the garbage collector when none of its items is (frame and
+ * label ids are ints): it can be in no cycle. The collector would untrack it at its next
+ * collection anyway, after visiting it; a drain makes a few such tuples a sample (a stack, its
+ * key, the sample the stall watcher keeps), so that visit was a collection's main cost. */
+static PyObject *untracked(PyObject *tuple)
+{
+    if (tuple == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); i++) {
+        if (PyObject_GC_IsTracked(PyTuple_GET_ITEM(tuple, i))) {
+            return tuple;
+        }
+    }
+    PyObject_GC_UnTrack(tuple);
+    return tuple;
+}
+
 static PyObject *label_of(record_head *record)
 {
     return PyLong_FromUnsignedLong(record->label > 0 ? record->label - 1 : 0);
@@ -492,7 +510,7 @@ static PyObject *waiting_stack(PyObject *stack, uint32_t reason)
     for (Py_ssize_t i = 0; i < size; i++) {
         PyTuple_SET_ITEM(marked, marks + i, Py_NewRef(PyTuple_GET_ITEM(stack, i)));
     }
-    return marked;
+    return untracked(marked);
 }
 
 static PyObject *stack_of(drain_state *state, record_head *record, record_frame *frames)
@@ -522,7 +540,7 @@ static PyObject *stack_of(drain_state *state, record_head *record, record_frame 
     if (truncated) {
         PyTuple_SET_ITEM(stack, at++, Py_NewRef(truncated_id));
     }
-    return stack;
+    return untracked(stack);
 }
 
 /* Pops ``key`` from ``dict``: a new reference, or NULL (absent, or with an exception set). */
@@ -590,8 +608,8 @@ static int count_sample(drain_state *state, record_head *record, PyObject *ident
     if (record->flags & FLAG_ENTRY) {
         /* Its stack as it registered itself, less the hook that did it. A new thread may reuse
          * an ended one's ident: nothing of that one is kept. */
-        PyObject *entry = PyTuple_GetSlice(stack, 1, PyTuple_GET_SIZE(stack));
-        PyObject *key = entry == NULL ? NULL : PyTuple_Pack(2, label, entry);
+        PyObject *entry = untracked(PyTuple_GetSlice(stack, 1, PyTuple_GET_SIZE(stack)));
+        PyObject *key = entry == NULL ? NULL : untracked(PyTuple_Pack(2, label, entry));
         Py_XDECREF(entry);
         int result = key == NULL || PyDict_SetItem(state->entry_key, ident, key) < 0 ||
                              forget(state->last_key, ident) < 0 ||
@@ -601,7 +619,7 @@ static int count_sample(drain_state *state, record_head *record, PyObject *ident
         Py_XDECREF(key);
         return result;
     }
-    PyObject *key = PyTuple_Pack(2, label, stack);
+    PyObject *key = untracked(PyTuple_Pack(2, label, stack));
     if (key == NULL || PyDict_SetItem(state->last_key, ident, key) < 0) {
         Py_XDECREF(key);
         return -1;
@@ -620,7 +638,7 @@ static int count_sample(drain_state *state, record_head *record, PyObject *ident
             Py_DECREF(key);
             return -1;
         }
-        PyObject *waited = PyTuple_Pack(2, label, marked);
+        PyObject *waited = untracked(PyTuple_Pack(2, label, marked));
         Py_DECREF(marked);
         result = waited == NULL ? -1 : add(state, waited, weight - running);
         Py_XDECREF(waited);
@@ -631,8 +649,8 @@ static int count_sample(drain_state *state, record_head *record, PyObject *ident
     }
     if (result == 0 && state->recent != Py_None) {
         /* Kept a while, so a stall or a slow request can find what its thread was doing. */
-        PyObject *sample = Py_BuildValue("(dOOd)", (double)record->time_ns / 1e9, ident, key,
-                                         (double)record->weight);
+        PyObject *sample = untracked(Py_BuildValue("(dOOd)", (double)record->time_ns / 1e9,
+                                                   ident, key, (double)record->weight));
         PyObject *done = sample == NULL ? NULL : PyObject_CallOneArg(state->recent, sample);
         Py_XDECREF(sample);
         result = done == NULL ? -1 : 0;
@@ -666,7 +684,7 @@ static int visit(record_head *record, void *arg)
                 PyTuple_SET_ITEM(rooted, PyTuple_GET_SIZE(stack), Py_NewRef(root));
             }
             Py_XDECREF(root);
-            Py_SETREF(stack, rooted);
+            Py_SETREF(stack, untracked(rooted));
         }
         result = stack == NULL || label == NULL
                      ? -1
