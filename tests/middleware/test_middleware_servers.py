@@ -45,13 +45,14 @@ def check_slow_path_and_p99(documents, sent, route, workers, threads=1):
     # the client had its last byte (docs/worst-cases.md; seen: 82.9 ms against 78.5, +5.6%).
     gil = sys.getswitchinterval() if threads > 1 else 0.0
     assert truth * 0.95 <= sketches["total"].quantile(0.99) <= truth * 1.05 + gil, truth
-    # The server's side is shorter, to the sketch's own error (1%) and, for the total, the
-    # header's (two of its three forms are whole milliseconds, one truncated: a total reads up
-    # to 1 ms short, so the app's own latency may read longer by that; failed at 60.2 against
-    # 59.0 ms) and one more: the server's clock stops when it closes the answer, after the
-    # client may have read its last byte (a worker descheduled in between, on a loaded
-    # machine; failed once at +1.1%+1 ms).
-    assert sketches["latency"].quantile(0.99) <= sketches["total"].quantile(0.99) * 1.011 + 0.001
+    # The app's own latency is within the total, to the two sketches' errors (each quantile
+    # within 1% of its value: 1.01 / 0.99 apart at most) and the header's rounding (nginx's
+    # form rounds the start to the millisecond: a total up to 0.5 ms short); it failed at 1.1%
+    # alone, 60.2 against 59.0 ms. And the total is within the load generator's, to the
+    # header's forms (two of three are whole milliseconds, one truncated) and one more: the
+    # server's clock stops when it closes the answer, after the client may have read its last
+    # byte (a worker descheduled in between, on a loaded machine; failed once at +1.1%+1 ms).
+    assert sketches["latency"].quantile(0.99) <= sketches["total"].quantile(0.99) * 1.0203 + 5e-4
     assert sketches["total"].quantile(0.99) <= truth * 1.03 + 0.001 + gil
     # The slowest 1% (slower than the route's p99 estimate when they ended): the planted ones
     # longer than most before them (13 to 21 for these plans, simulated with the estimate's own
