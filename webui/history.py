@@ -22,7 +22,6 @@ from typing import Any
 import sqlalchemy as sa
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from collector.stats.changepoints import change_points
 from collector.store import schema
 from sampler.profile import DEFAULT_INTERVAL, Profile, escape_frame, rescale, split_frames
 from webui import api, db
@@ -85,6 +84,8 @@ def function_series() -> Response:
                 }
             )
         seen = values or seen
+    from collector.stats.changepoints import change_points  # numpy and scipy: when asked
+
     found = change_points([p["share"] for p in points]) if len(points) >= 10 else []
     return jsonify(
         selection=_describe(selection),

@@ -18,11 +18,14 @@ from typing import Any
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from collector.compare_db import frames_of, replicates_in
-from collector.stats import ComparisonError, Finding, Options, compare
 from sampler.profile import unescape_frame
 from webui import api, db
 from webui.api import _describe, _now
 from webui.params import Selection, parse_compare
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collector.stats import Finding
 
 __all__ = ["bp"]
 
@@ -44,6 +47,10 @@ def significance() -> Response:
     database = db.get_db()
 
     def compute() -> dict[str, Any]:
+        # numpy and scipy at the first comparison, not at every web process's start (~0.25 s
+        # and ~40 MB a process, where most are never asked for one).
+        from collector.stats import ComparisonError, Options, compare
+
         sides = [_replicates(database, side) for side in (a, b)]
         described = {"a": _describe(a), "b": _describe(b)}
         replicates = {"a": len(sides[0]), "b": len(sides[1])}
