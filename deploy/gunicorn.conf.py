@@ -31,11 +31,16 @@ control_socket_disable = os.environ.get("GUNICORN_CONTROL_SOCKET", "off") == "of
 def post_fork(server, worker):  # noqa: ANN001 - gunicorn's hook signature
     """Starts this worker's sampler when FLEETFLAME_PORT or FLEETFLAME_ENABLE is set."""
     import sampler
+    from sampler._engine_native import unavailable
 
-    if server.cfg.threads > 1 or "thread" in str(server.cfg.worker_class_str):
+    threaded = server.cfg.threads > 1 or "thread" in str(server.cfg.worker_class_str)
+    python_engine = os.environ.get("FLEETFLAME_ENGINE") == "python" or unavailable() is not None
+    if threaded and python_engine:
         # Threaded workers serve requests off the main thread while the main thread sleeps in
-        # select(); a timer signal's handler only runs on the main thread, so it would fire late
-        # and miss the busy threads. A sampling thread sees them all on time.
+        # select(); the python engine's timer signal only runs on the main thread, so it would
+        # fire late and miss the busy threads: its sampling thread sees them on time. (The
+        # native engine times each thread by its own CPU clock: nothing to choose, and naming
+        # a python driver would choose the python engine, far less accurate on these workers.)
         os.environ.setdefault("FLEETFLAME_DRIVER", "thread")
     started = sampler.start_from_env()
     if started is not None:

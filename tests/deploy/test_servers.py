@@ -186,9 +186,14 @@ def test_gunicorn_post_fork_gives_every_worker_its_own_sampler(tmp_path, worker_
     )
     try:
         found = _check_fleet(proc, http_port, sampler_ports, 3, log, "tiny")
-        # The native engine gives each thread its own CPU timer. Without it, threaded workers
-        # sample from a thread: a signal would wait for the idle main thread.
+        # The native engine gives each thread its own CPU timer (the hook used to name the
+        # python engine's thread driver for threaded workers, which chose the python engine).
+        # Without it, threaded workers sample from a thread: a signal would wait for the idle
+        # main thread.
+        from sampler._engine_native import unavailable
+
         for info in found.values():
+            assert (info["engine"] == "native") == (unavailable() is None), info
             if info["engine"] == "native":
                 assert info["driver"] == "thread-cpu-timers"
             else:
