@@ -75,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     except StoreError as exc:  # a file that is not a database, a schema it cannot migrate
         log_event(log, logging.ERROR, "cannot open the store", error=str(exc))
         return 2
+    except SettingsError as exc:  # found at start: health_listen taken, or not an address here
+        print(f"fleetflame collect: {exc}", file=sys.stderr)
+        return 2
     finally:
         collector.stop()
     return 0

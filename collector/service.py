@@ -22,7 +22,7 @@ from collector.health import HealthServer, Metrics
 from collector.logs import log_event
 from collector.poller import Poller
 from collector.rounds import RoundReport, Rounds
-from collector.settings import Settings
+from collector.settings import Settings, SettingsError
 from collector.store import Store, StoreError, StoreUnavailable
 from collector.targets import TargetSet, parse_shard
 from collector.worst import WorstCases
@@ -112,6 +112,7 @@ class Collector:
         self._scheduler: Any = None
         self._health: HealthServer | None = None
         self._stopped = threading.Event()
+        self._awaiting_database = False  # at start, until the schema is migrated
 
     # One round at a time (tests, --once, the benchmark) ---------------------------------------
 
@@ -181,7 +182,10 @@ class Collector:
     # Health ---------------------------------------------------------------------------------
 
     def status(self) -> tuple[bool, dict[str, Any]]:
-        """Healthy while poll rounds keep completing; the database state is reported, not fatal."""
+        """Healthy while poll rounds keep completing, or while it waits at start for the
+        database (alive, doing what it should); the database state is reported, not fatal."""
+        if self._awaiting_database:
+            return True, {"awaiting_database": True, "database_up": False}
         now = self.clock()
         last = self.rounds.last_round_end
         stale_after = 3 * self.settings.poll_interval + self.settings.fetch_deadline
@@ -204,11 +208,21 @@ class Collector:
         from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES
         from apscheduler.schedulers.background import BackgroundScheduler
 
+        self._awaiting_database = migrate
+        listen = self.settings.health_listen
+        if listen:  # first: a liveness probe is answered while the database is awaited
+            try:
+                self._health = HealthServer(listen, self.metrics, self.status)
+            except OSError as exc:
+                raise SettingsError(
+                    f"health_listen: cannot listen on {listen!r}: {exc.strerror or exc}"
+                ) from exc
+            log_event(log, logging.INFO, "health server listening", url=self._health.url)
         if migrate:
             self.migrate()
-        if self.settings.health_listen:
-            self._health = HealthServer(self.settings.health_listen, self.metrics, self.status)
-            log_event(log, logging.INFO, "health server listening", url=self._health.url)
+            if self._stopped.is_set():
+                return  # stopped while it waited for the database: nothing to start
+            self._started = self.clock()  # rounds are due from now on
         self.writer.start()
         scheduler = BackgroundScheduler(timezone="UTC")
         interval = self.settings.poll_interval
@@ -256,6 +270,7 @@ class Collector:
             try:
                 with self.writer.db_lock:
                     self.store.migrate()
+                self._awaiting_database = False
                 return
             except StoreUnavailable as exc:
                 if not wait:

@@ -114,6 +114,60 @@ def test_a_one_shot_run_does_not_wait_for_an_unreachable_database(tmp_path):
     assert "retrying" not in run.stderr
 
 
+def test_a_health_address_taken_is_one_line_and_status_2(tmp_path):
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        args = ["--targets", "127.0.0.1:9", "--database-url", f"sqlite:///{tmp_path}/x.db"]
+        run = subprocess.run(
+            [sys.executable, "-m", "collector", *args, "--health-listen", f"127.0.0.1:{port}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert run.returncode == 2, run.stderr
+    assert f"fleetflame collect: health_listen: cannot listen on '127.0.0.1:{port}'" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_waiting_for_the_database_it_answers_its_health_probe_and_stops_on_sigterm(tmp_path):
+    # A liveness probe on /healthz must not restart a collector that waits, as documented,
+    # for its database; a SIGTERM meanwhile ends it without starting its jobs.
+    import json
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        health = probe.getsockname()[1]
+    url = "postgresql+psycopg://postgres@127.0.0.1:1/none"  # nothing listens on port 1
+    args = ["--targets", "127.0.0.1:9", "--database-url", url, "--log-level", "info"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "collector", *args, "--health-listen", f"127.0.0.1:{health}"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        answer = None
+        for _ in range(100):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=2) as r:
+                    answer = (r.status, json.loads(r.read()))
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert answer is not None and answer[0] == 200, answer
+        assert answer[1]["awaiting_database"] is True
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "database unavailable; retrying" in err and "collector started" not in err
+
+
 def test_bad_environment_values_name_the_variable():
     with pytest.raises(SettingsError, match="FLEETFLAME_COLLECTOR_POLL_CONCURRENCY"):
         load_settings(environ={"FLEETFLAME_COLLECTOR_POLL_CONCURRENCY": "many"})
