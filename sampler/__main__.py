@@ -20,10 +20,11 @@ import time
 from typing import Any
 
 from . import _svg
-from ._core import Sampler
+from ._core import Sampler, SamplerError
 from ._process import start, stop
 from ._settings import SETTINGS, ConfigError
 from ._stack_walk import hide_code
+from ._trace_write import output_problem
 from .profile import format_folded, subtract
 
 # Settings that the run command exposes as options, besides --output/--svg.
@@ -151,7 +152,14 @@ def run(argv: list[str]) -> int:
         if problem:
             print(f"python -m sampler run: {problem}", file=sys.stderr)
             return 2
-    problem = _target_problem(options.target, options.module)
+    problem = _target_problem(options.target, options.module) or next(
+        (
+            found
+            for path in (options.output if options.every is None else None, options.svg)
+            if path and (found := output_problem(path))
+        ),
+        None,
+    )
     if problem:
         print(f"python -m sampler run: {problem}", file=sys.stderr)
         return 2
@@ -163,7 +171,7 @@ def run(argv: list[str]) -> int:
     sys.argv = [options.target, *options.args]
     try:
         sampler = start(**overrides)
-    except ConfigError as exc:
+    except (ConfigError, SamplerError) as exc:  # a bad setting, a port taken
         print(f"python -m sampler run: {exc}", file=sys.stderr)
         return 2
     _hide_launcher(sampler.engine.name)

@@ -67,6 +67,9 @@ class Trace:
             raise ValueError(f"max_events must be at least 1, got {max_events!r}")
         if backend not in (None, "sys.monitoring", "sys.setprofile"):
             raise ValueError(f"backend must be sys.monitoring or sys.setprofile, got {backend!r}")
+        problem = _trace_write.output_problem(output)
+        if problem:
+            raise ValueError(problem)
         self.output = output
         self.seconds = seconds
         self.max_events = max_events

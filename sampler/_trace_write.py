@@ -157,6 +157,19 @@ def module_map(
     return modules
 
 
+def output_problem(path: str) -> str | None:
+    """What stops a file being written at ``path`` (its folder missing or not writable), so a
+    run can refuse at once rather than lose what it recorded at its end; None when nothing."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"{path}: no such directory {folder!r}"
+    if not os.access(folder, os.W_OK):
+        return f"{path}: cannot write in {folder!r}"
+    if os.path.isdir(path):
+        return f"{path} is a directory"
+    return None
+
+
 def write_atomically(path: str, lines: Any, metadata: Callable[[], dict[str, Any]]) -> int:
     """Writes the trace to a temporary file beside ``path``, then renames it; returns its size.
 

@@ -112,6 +112,52 @@ def test_a_program_that_is_not_there_is_a_clear_error_before_sampling(tmp_path, 
     assert "sampling" not in result.stderr  # it said nothing of an endpoint it never served
 
 
+@pytest.mark.parallel
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["run", "-o", "no/such/dir/out.folded"], "no such directory"),
+        (["run", "--svg", "no/such/dir/out.svg"], "no such directory"),
+        (["run", "-o", "."], ". is a directory"),
+        (["trace", "-o", "no/such/dir/run.json"], "no such directory"),
+    ],
+)
+def test_an_output_that_cannot_be_written_is_refused_before_the_program_runs(tmp_path, args, said):
+    # Refused at the end, the whole run's profile was lost to a traceback.
+    program = tmp_path / "program.py"
+    program.write_text("open('ran', 'w').close()\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "sampler", *args, str(program)],
+        env=env(),
+        cwd=tmp_path,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2, result
+    assert said in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parallel
+def test_a_port_taken_is_a_clear_error(tmp_path):
+    import socket
+
+    program = tmp_path / "program.py"
+    program.write_text("pass\n")
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "sampler", "run", "--port", str(port), str(program)],
+            env=env(),
+            timeout=60,
+            capture_output=True,
+            text=True,
+        )
+    assert result.returncode == 2, result
+    assert f"port {port}" in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
 @pytest.mark.skipif(
     shutil.which("py-spy") is None
     and not (__import__("pathlib").Path(sys.executable).parent / "py-spy").exists(),
