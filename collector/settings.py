@@ -55,7 +55,12 @@ SETTINGS: tuple[Setting, ...] = declare(
     Setting(
         "bucket_seconds", integer, 60, "Width of the finest time bucket samples are stored in."
     ),
-    Setting("retention_days", integer, 30, "Samples older than this many days are deleted."),
+    Setting(
+        "retention_days",
+        integer,
+        30,
+        "Samples older than this many days are deleted; more than 7 (the hourly tier's age).",
+    ),
     Setting(
         "db_busy_timeout",
         number,
@@ -222,6 +227,14 @@ def _check(values: Mapping[str, Any]) -> None:
     for name in _POSITIVE:
         if values[name] <= 0:
             raise SettingsError(f"{name}: must be positive, got {values[name]!r}")
+    from collector.store.tiers import DEFAULT_ROLLUPS
+
+    rolled_up = max(after for _width, after in DEFAULT_ROLLUPS) // 86400
+    if values["retention_days"] <= rolled_up:
+        raise SettingsError(
+            f"retention_days: must be more than {rolled_up} (rows are rolled up to hours after "
+            f"{rolled_up} days and kept as that), got {values['retention_days']!r}"
+        )
     from collector.targets import TargetError, parse_shard, parse_target_spec
 
     try:

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from collector.store import cursors, fleet, maintenance, schema, writes
 from collector.store.engines.base import EngineOptions, for_url, translate_errors
-from collector.store.errors import InvalidRow
+from collector.store.errors import InvalidRow, StoreError
 from collector.store.rows import (
     Batch,
     Cursor,
@@ -67,6 +67,9 @@ class Store:
         self.bucket_seconds = bucket_seconds
         self.retention_seconds = retention_seconds
         self.limits = limits or Limits()
+        folder = _missing_sqlite_folder(url)
+        if folder is not None:  # not an outage to wait out: nothing will make the folder
+            raise StoreError(f"opening the database: no folder {folder} for the SQLite file")
         with translate_errors("opening the database"):
             self.engine = for_url(
                 url,
@@ -196,3 +199,15 @@ class Store:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _missing_sqlite_folder(url: str) -> str | None:
+    """The folder a SQLite URL's file should be in, when there is no such folder."""
+    parsed = sa.engine.make_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:"):
+        return None
+    if database.startswith("file:"):
+        database = database[len("file:") :].split("?", 1)[0]
+    folder = Path(database).resolve().parent
+    return None if folder.is_dir() else str(folder)

@@ -105,7 +105,7 @@ def test_a_file_that_is_not_a_database_is_one_line_not_a_traceback(tmp_path, onc
 
 def test_a_one_shot_run_does_not_wait_for_an_unreachable_database(tmp_path):
     # A long run waits for its database to come up; --once fails at once (it waited forever).
-    url = f"sqlite:///{tmp_path}/no/such/folder/x.db"
+    url = "postgresql+psycopg://postgres@127.0.0.1:1/none"  # nothing listens on port 1
     args = ["--targets", "127.0.0.1:9", "--database-url", url, "--health-listen", "", "--once"]
     run = subprocess.run(
         [sys.executable, "-m", "collector", *args], capture_output=True, text=True, timeout=60
@@ -166,6 +166,31 @@ def test_waiting_for_the_database_it_answers_its_health_probe_and_stops_on_sigte
         proc.kill()
     assert proc.returncode == 0, err
     assert "database unavailable; retrying" in err and "collector started" not in err
+
+
+def test_a_sqlite_file_in_no_folder_is_named_not_waited_for(tmp_path):
+    # Nothing will make the folder: it was retried forever as an outage, the path never named.
+    url = f"sqlite:///{tmp_path}/no/such/folder/x.db"
+    run = subprocess.run(
+        [sys.executable, "-m", "collector", "--targets", "127.0.0.1:9", "--database-url", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2, run.stderr
+    assert f"no folder {tmp_path}/no/such/folder for the SQLite file" in run.stderr, run.stderr
+    assert "retrying" not in run.stderr
+
+
+@pytest.mark.parametrize("days, ok", [(7, False), (8, True)])
+def test_retention_must_outlast_the_hourly_tier(days, ok):
+    # Rows are rolled up to hours after 7 days: a shorter retention was refused by the store
+    # at start, in seconds, as "cannot open the store".
+    if ok:
+        assert load_settings(environ={}, overrides={"retention_days": days}).retention_days == 8
+    else:
+        with pytest.raises(SettingsError, match="retention_days: must be more than 7"):
+            load_settings(environ={}, overrides={"retention_days": days})
 
 
 def test_bad_environment_values_name_the_variable():

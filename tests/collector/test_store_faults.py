@@ -230,8 +230,16 @@ def test_postgresql_outage_and_recovery(pg_url: str) -> None:
         proxy.stop()
 
 
-def test_sqlite_in_a_missing_folder_is_store_unavailable(tmp_path) -> None:
-    with Store(f"sqlite:///{tmp_path}/missing/x.db") as st:
+def test_sqlite_in_a_missing_folder_is_named_at_start_and_unavailable_once_running(
+    tmp_path,
+) -> None:
+    # No folder at start: a setting to correct, named (it was retried forever as an outage).
+    with pytest.raises(StoreError, match=f"no folder {tmp_path}/missing for the SQLite file"):
+        Store(f"sqlite:///{tmp_path}/missing/x.db")
+    # Gone once running (a volume lost): an outage, the writes retried.
+    (tmp_path / "gone").mkdir()
+    with Store(f"sqlite:///{tmp_path}/gone/x.db") as st:
+        (tmp_path / "gone").rmdir()
         with pytest.raises(StoreUnavailable):
             st.write([row(T0, "a", 1)])
 
