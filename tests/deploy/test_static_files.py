@@ -115,6 +115,20 @@ def test_dockerfile_copies_files_that_exist_and_runs_as_a_user() -> None:
     assert "fleetflame = sampler.cli:main" in (REPO / "setup.py").read_text()
 
 
+def test_the_image_builds_every_package_the_wheel_holds() -> None:
+    # The wheel lists the attach agent's package; the image copied only three, so
+    # `fleetflame attach` failed in it with ModuleNotFoundError.
+    setup = (REPO / "setup.py").read_text()
+    listed = re.search(r"find_namespace_packages\(\s*include=\[(.*?)\]", setup, re.S)
+    assert listed
+    packages = {name for name in re.findall(r'"([a-z_]+)"', listed.group(1))}
+    copied = {rest.split()[0] for kw, rest in _dockerfile() if kw == "COPY"}
+    assert packages == {"sampler", "collector", "webui", "attach"}
+    assert packages <= copied, packages - copied
+    installs = " ".join(rest for kw, rest in _dockerfile() if kw == "RUN")
+    assert "py-spy" in installs  # what the attach agent runs
+
+
 def test_the_build_context_excludes_local_state() -> None:
     ignore = (REPO / ".dockerignore").read_text().split()
     for entry in (".venv", "node_modules", "var", ".git"):
