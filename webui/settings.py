@@ -201,7 +201,34 @@ def load_settings(
         raise SettingsError("max_nodes must be at least 10 and at most max_nodes_limit")
     if bool(config["AUTH_USER"]) != bool(config["AUTH_PASSWORD"]):
         raise SettingsError("auth_user and auth_password are set together or not at all")
+    _check_default_window(config["DEFAULT_WINDOW"])
+    _check_database_url(config["DATABASE_URL"])
     return config
+
+
+def _check_default_window(window: str) -> None:
+    # Read at every request without from=: a bad one made every such request a 400.
+    from sampler.profile import parse_time
+
+    try:
+        parse_time(window, 10**9)
+    except ValueError as exc:
+        raise SettingsError(f"default_window: {exc}") from None
+
+
+def _check_database_url(url: str) -> None:
+    # A database it cannot read made every request a 500 (the collector refuses it at start).
+    import sqlalchemy as sa
+
+    try:
+        backend = sa.engine.make_url(url).get_backend_name()
+    except sa.exc.ArgumentError as exc:
+        raise SettingsError(f"database_url: {exc}") from None
+    if backend not in ("sqlite", "postgresql"):
+        raise SettingsError(
+            f"database_url: unsupported database {backend!r} (sqlite:///PATH or "
+            "postgresql+psycopg://user@host/db)"
+        )
 
 
 def markdown_table() -> str:

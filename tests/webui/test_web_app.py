@@ -18,6 +18,20 @@ from webui.settings import SETTINGS, SettingsError, load_settings, markdown_tabl
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.parametrize(
+    "overrides, said",
+    [
+        ({"DEFAULT_WINDOW": "yesterday"}, "default_window: 'yesterday' is not a time"),
+        ({"DATABASE_URL": "mysql://a@b/c"}, "database_url: unsupported database 'mysql'"),
+        ({"DATABASE_URL": "not a url"}, "database_url:"),
+    ],
+)
+def test_settings_every_request_would_trip_on_are_refused_at_start(overrides, said):
+    # They made every request without from= a 400, or every request a 500, once started.
+    with pytest.raises(SettingsError, match=said):
+        load_settings(environ={}, overrides=overrides)
+
+
 def test_settings_layer_defaults_file_env_overrides(tmp_path):
     config = tmp_path / "web.toml"
     config.write_text('max_nodes = 700\ntitle = "from file"\nsample_interval = 1\n')
