@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from flask import Flask, current_app, g
 
 from collector.query import Filters, Query, StackCounts
-from collector.store import Store, StoreUnavailable
+from collector.store import Store, StoreError, StoreUnavailable
 from collector.store.engines.base import translate_errors
 from sampler.profile import Profile, is_settled, rescale
 from webui import indexfile
@@ -236,6 +236,13 @@ class Database:
                 store = Store(readonly_url(self.url), bucket_seconds=self.bucket_seconds)
                 if store.dialect == "postgresql":
                     _read_only_sessions(store.engine.sa_engine)
+                try:  # a width the collector does not write would read only part of the data
+                    store.check_bucket_seconds()
+                except StoreUnavailable:
+                    pass  # an outage: the requests and the warming say so, and go on
+                except StoreError:
+                    store.close()
+                    raise
                 query = Query(store)
                 self._store, self._query = store, query
                 self._index = StackIndex(

@@ -106,6 +106,7 @@ class Store:
         if self._tier_rows_ready:
             return
         with self.engine.write_transaction() as conn:
+            self._check_bucket_seconds(conn)
             for table, tiers in (
                 (schema.tiers, self.tiers),
                 (schema.fleet_tiers, self.fleet_tiers),
@@ -114,6 +115,22 @@ class Store:
                     conn, table, [{"width": t.width, "rolled_to": 0, "kept_from": 0} for t in tiers]
                 )
         self._tier_rows_ready = True
+
+    def check_bucket_seconds(self) -> None:
+        """Raises StoreError when the database's finest buckets are not ``bucket_seconds``
+        wide: samples of two widths are stored apart, and each reader shows one of them."""
+        with translate_errors("reading the tiers"), self.engine.read_transaction() as conn:
+            self._check_bucket_seconds(conn)
+
+    def _check_bucket_seconds(self, conn: sa.Connection) -> None:
+        finest = conn.execute(sa.select(sa.func.min(schema.tiers.c.width))).scalar()
+        if finest is not None and finest != self.bucket_seconds:
+            raise StoreError(
+                f"the database holds {finest}-second buckets, and bucket_seconds is "
+                f"{self.bucket_seconds}: samples of the two widths would be stored apart and "
+                f"each view would show one of them (set bucket_seconds = {finest}, or use a new "
+                "database)"
+            )
 
     def tier_states(self, conn: sa.Connection, *, lock: str | None = None) -> list[TierState]:
         """Returns the configured tiers' states, finest first; `lock` is "share" or "update"."""

@@ -244,6 +244,22 @@ def test_sqlite_in_a_missing_folder_is_named_at_start_and_unavailable_once_runni
             st.write([row(T0, "a", 1)])
 
 
+def test_another_bucket_width_on_a_database_is_refused(tmp_path) -> None:
+    # Stored beside the first width's rows, each reader (collector, web UI) showed one of them.
+    url = f"sqlite:///{tmp_path}/x.db"
+    with Store(url) as st:
+        st.migrate()
+        st.write([row(T0, "a", 1)])
+    with Store(url, bucket_seconds=120) as other:
+        with pytest.raises(StoreError, match="holds 60-second buckets, and bucket_seconds is 120"):
+            other.migrate()
+        with pytest.raises(StoreError, match="set bucket_seconds = 60"):
+            other.check_bucket_seconds()
+    with Store(url) as same:
+        same.migrate()
+        same.check_bucket_seconds()
+
+
 def hold_read_snapshot(store: Store):  # type: ignore[no-untyped-def]
     """Opens a second connection holding a read transaction on samples; returns it."""
     if store.dialect == "sqlite":

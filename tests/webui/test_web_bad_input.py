@@ -79,3 +79,17 @@ def test_a_locked_database_is_not_called_another_kind_of_file(tmp_path):
         writer.execute("BEGIN EXCLUSIVE")
         assert sqlite_file_problem(f"sqlite:///{path}") is None
         writer.execute("ROLLBACK")
+
+
+def test_a_bucket_width_the_database_does_not_hold_is_an_error_not_part_of_the_data(
+    make_app, tmp_path
+):
+    from collector.store import Store
+
+    url = f"sqlite:///{tmp_path / 'fleetflame.db'}"
+    with Store(url) as store:
+        store.migrate()
+    app = make_app({"DATABASE_URL": url, "BUCKET_SECONDS": 120})
+    answer = app.test_client().get("/api/flamegraph?from=-1h")
+    assert answer.status_code == 500
+    assert "holds 60-second buckets, and bucket_seconds is 120" in answer.json["error"]
