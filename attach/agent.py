@@ -53,6 +53,7 @@ class Attacher:
         service: str | None = None,
         labels: dict[str, str] | None = None,
         py_spy: str = "py-spy",
+        nonblocking: bool = False,
     ) -> None:
         if (pid is None) == (match is None):
             raise ValueError("give exactly one of pid and match")
@@ -62,6 +63,9 @@ class Attacher:
         self.mode = "wall" if idle else "cpu"
         self.interval = 1.0 / rate
         self.py_spy = py_spy
+        # py-spy pauses the process while it reads a stack, so every stack is whole; without
+        # the pause, stacks read while they change come out torn (rootless, or frames of two).
+        self.nonblocking = nonblocking
         self._service = service
         self._extra_labels = dict(labels or {})
         self._lock = threading.Lock()
@@ -128,10 +132,11 @@ class Attacher:
                 "--rate",
                 str(self.rate),
                 "--nolineno",
-                "--nonblocking",
                 "--output",
                 output,
             ]
+            if self.nonblocking:
+                command.append("--nonblocking")
             if self.mode == "wall":
                 command.append("--idle")
             try:

@@ -40,6 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--window", type=float, default=10.0, help="seconds per py-spy run [10]")
     parser.add_argument("--rate", type=int, default=100, help="samples per second [100]")
     parser.add_argument("--idle", action="store_true", help="wall mode: include idle threads")
+    parser.add_argument(
+        "--nonblocking",
+        action="store_true",
+        help="never pause the process to read a stack (py-spy --nonblocking): no pauses, but "
+        "a few percent of stacks come out torn (read while they changed)",
+    )
     parser.add_argument("--service", help="service label (default: the process name)")
     parser.add_argument("--labels", default="", help="more labels as key=value,key=value")
     parser.add_argument("--token", default=None, help="bearer token required by the endpoint")
@@ -72,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         service=args.service,
         labels=labels,
         py_spy=args.py_spy or _default_py_spy(),
+        nonblocking=args.nonblocking,
     )
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.token:
         print(
