@@ -58,7 +58,13 @@ def live() -> Response:
             text = answer.read(MAX_BYTES + 1)
     except urllib.error.HTTPError as exc:
         exc.close()
-        hint = " (set sampler_token)" if exc.code == 401 else ""
+        hint = ""
+        if exc.code == 401:
+            hint = (
+                " (sampler_token is not the worker's token)"
+                if token
+                else " (the worker needs a token: set sampler_token)"
+            )
         return jsonify(error=f"the worker at {target} answered {exc.code}{hint}"), 502
     except OSError as exc:
         message = (
