@@ -50,6 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m sampler run",
         description="Run a Python program under the fleetflame sampler.",
+        epilog="Give --output, --svg or --port, or nothing is kept. The other command: "
+        "python -m sampler trace --help (every call and return of a short run, for Perfetto).",
     )
     for setting in SETTINGS:
         if setting.name in _OPTIONS:
@@ -177,6 +179,8 @@ def run(argv: list[str]) -> int:
     _hide_launcher(sampler.engine.name)
     if sampler.url:
         print(f"fleetflame: sampling, curl {sampler.url}/stacks", file=sys.stderr)
+    elif not (options.output or options.svg):
+        print("fleetflame: no --output, --svg or --port: this run keeps nothing", file=sys.stderr)
     periods = None
     if options.every is not None:
         periods = _Periods(sampler, options.output, options.every)

@@ -140,6 +140,21 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_program_runs(tmp
 
 
 @pytest.mark.parallel
+def test_a_run_that_keeps_nothing_says_so(tmp_path):
+    program = tmp_path / "program.py"
+    program.write_text("pass\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "sampler", "run", str(program)],
+        env=env(),
+        timeout=60,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result
+    assert "no --output, --svg or --port: this run keeps nothing" in result.stderr
+
+
+@pytest.mark.parallel
 def test_a_port_taken_is_a_clear_error(tmp_path):
     import socket
 
