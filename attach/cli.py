@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to serve on [127.0.0.1]")
     parser.add_argument(
-        "--port", type=port, default=8021, help="port to serve on, 0 for any [8021]"
+        "--port", type=port, default=8050, help="port to serve on, 0 for any [8050]"
     )
     parser.add_argument("--window", type=float, default=10.0, help="seconds per py-spy run [10]")
     parser.add_argument("--rate", type=int, default=100, help="samples per second [100]")
