@@ -225,6 +225,7 @@ class TargetSet:
         for spec in static:
             self._static.extend(parse_target_spec(spec, static_labels))
         self._patterns = list(files)
+        self._empty: set[str] = set()  # patterns said to match nothing (said once, until they do)
         self._files: dict[str, DiscoveryFile] = {}
         self._shard = shard
         self._lock = threading.Lock()
@@ -233,7 +234,15 @@ class TargetSet:
         paths: list[str] = []
         for pattern in self._patterns:
             if glob.has_magic(pattern):
-                paths.extend(sorted(glob.glob(pattern)))
+                found = sorted(glob.glob(pattern))
+                if not found and pattern not in self._empty:
+                    log_event(
+                        log, logging.WARNING, "target_files: no file matches", pattern=pattern
+                    )
+                    self._empty.add(pattern)
+                elif found:
+                    self._empty.discard(pattern)
+                paths.extend(found)
             else:
                 paths.append(pattern)
         return paths

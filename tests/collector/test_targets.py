@@ -99,6 +99,18 @@ def test_discovery_file_json_and_toml_with_labels(tmp_path):
     assert found["w3:8030"].optional and not found["w1:8021"].optional
 
 
+def test_a_pattern_that_matches_no_file_is_said_once(tmp_path, logs):
+    # It ran with no targets and said nothing (a deploy's volume mounted elsewhere).
+    ts = TargetSet(files=[str(tmp_path / "*.json")])
+    assert ts.current() == [] and ts.current() == []
+    assert len(logs.matching("level=warning", "target_files: no file matches")) == 1
+    write(tmp_path / "a.json", json.dumps([{"targets": ["w1:8021"]}]))
+    assert [t.address for t in ts.current()] == ["w1:8021"]
+    (tmp_path / "a.json").unlink()
+    ts.current()  # matches nothing again: said again
+    assert len(logs.matching("level=warning", "target_files: no file matches")) == 2
+
+
 def test_discovery_file_is_reread_when_it_changes(tmp_path):
     path = tmp_path / "targets.json"
     write(path, json.dumps([{"targets": ["w1:8021"]}]))
