@@ -33,6 +33,7 @@ from flask import Flask, current_app, g
 from collector.query import Filters, Query, StackCounts
 from collector.store import Store, StoreError, StoreUnavailable
 from collector.store.engines.base import translate_errors
+from collector.store.engines.sqlite import sqlite_path
 from sampler.profile import Profile, is_settled, rescale
 from webui import indexfile
 from webui.functable import FunctionIndex
@@ -111,13 +112,9 @@ def sqlite_file_problem(url: str) -> str | None:
     """What is wrong with the SQLite file ``url`` names, when it is not a fleetflame database
     (no such file, a folder, another kind of file, a database the collector never wrote), else
     None: the store's own errors then say what failed."""
-    parsed = sa.engine.make_url(url)
-    database = parsed.database or ""
-    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:"):
+    path = sqlite_path(url)
+    if path is None:
         return None
-    if database.startswith("file:"):
-        database = database[len("file:") :].split("?", 1)[0]
-    path = Path(database).resolve()
     if not path.exists():
         return (
             f"there is no SQLite file at {path} (is database_url the one the collector writes "

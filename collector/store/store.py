@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from collector.store import cursors, fleet, maintenance, schema, writes
 from collector.store.engines.base import EngineOptions, for_url, translate_errors
+from collector.store.engines.sqlite import sqlite_path
 from collector.store.errors import InvalidRow, StoreError
 from collector.store.rows import (
     Batch,
@@ -220,11 +221,5 @@ class Store:
 
 def _missing_sqlite_folder(url: str) -> str | None:
     """The folder a SQLite URL's file should be in, when there is no such folder."""
-    parsed = sa.engine.make_url(url)
-    database = parsed.database or ""
-    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:"):
-        return None
-    if database.startswith("file:"):
-        database = database[len("file:") :].split("?", 1)[0]
-    folder = Path(database).resolve().parent
-    return None if folder.is_dir() else str(folder)
+    path = sqlite_path(url)
+    return None if path is None or path.parent.is_dir() else str(path.parent)

@@ -87,6 +87,18 @@ def test_bad_option_is_a_clear_error(tmp_path):
     assert "mode" in result.stderr and "cpu" in result.stderr
 
 
+def sampler_command(args, cwd):
+    """``python -m sampler ARGS`` run in ``cwd``, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "sampler", *args],
+        env=env(),
+        cwd=cwd,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    )
+
+
 @pytest.mark.parallel
 @pytest.mark.parametrize(
     "args, said",
@@ -99,14 +111,7 @@ def test_bad_option_is_a_clear_error(tmp_path):
     ],
 )
 def test_a_program_that_is_not_there_is_a_clear_error_before_sampling(tmp_path, args, said):
-    result = subprocess.run(
-        [sys.executable, "-m", "sampler", *args],
-        env=env(),
-        cwd=tmp_path,
-        timeout=60,
-        capture_output=True,
-        text=True,
-    )
+    result = sampler_command(args, tmp_path)
     assert result.returncode == 2, result
     assert said in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert "sampling" not in result.stderr  # it said nothing of an endpoint it never served
@@ -126,14 +131,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_program_runs(tmp
     # Refused at the end, the whole run's profile was lost to a traceback.
     program = tmp_path / "program.py"
     program.write_text("open('ran', 'w').close()\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "sampler", *args, str(program)],
-        env=env(),
-        cwd=tmp_path,
-        timeout=60,
-        capture_output=True,
-        text=True,
-    )
+    result = sampler_command([*args, str(program)], tmp_path)
     assert result.returncode == 2, result
     assert said in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert not (tmp_path / "ran").exists()

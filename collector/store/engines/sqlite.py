@@ -6,6 +6,7 @@ import contextlib
 import json
 import sqlite3
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -13,7 +14,20 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from collector.store import schema
 from collector.store.engines.base import Engine, EngineOptions
 
-__all__ = ["SQLiteEngine"]
+__all__ = ["SQLiteEngine", "sqlite_path"]
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file a SQLite URL names (``file:`` URIs too), resolved; None for another database
+    or an in-memory one."""
+    parsed = sa.engine.make_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:"):
+        return None
+    if database.startswith("file:"):
+        database = database[len("file:") :].split("?", 1)[0]
+    return Path(database).resolve()
+
 
 _ADD_SAMPLES = (
     "INSERT INTO samples (width, bucket, series_id, stack_id, count) VALUES (?, ?, ?, ?, ?) "
