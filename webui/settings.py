@@ -218,17 +218,13 @@ def _check_default_window(window: str) -> None:
 
 def _check_database_url(url: str) -> None:
     # A database it cannot read made every request a 500 (the collector refuses it at start).
-    import sqlalchemy as sa
+    from collector.store import StoreError
+    from collector.store.engines.base import backend_of
 
     try:
-        backend = sa.engine.make_url(url).get_backend_name()
-    except sa.exc.ArgumentError as exc:
+        backend_of(url)
+    except StoreError as exc:
         raise SettingsError(f"database_url: {exc}") from None
-    if backend not in ("sqlite", "postgresql"):
-        raise SettingsError(
-            f"database_url: unsupported database {backend!r} (sqlite:///PATH or "
-            "postgresql+psycopg://user@host/db)"
-        )
 
 
 def markdown_table() -> str:

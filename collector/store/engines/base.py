@@ -184,16 +184,28 @@ class Engine:
         """Drops the cache of known partitions."""
 
 
+def backend_of(url: str) -> str:
+    """The database a URL names, ``sqlite`` or ``postgresql``; StoreError for another, or for
+    no URL at all."""
+    try:
+        backend = sa.engine.make_url(url).get_backend_name()
+    except sa.exc.ArgumentError as exc:
+        raise StoreError(str(exc)) from None
+    if backend not in ("sqlite", "postgresql"):
+        raise StoreError(
+            f"unsupported database {backend!r}: use sqlite:/// or postgresql+psycopg://"
+        )
+    return backend
+
+
 def for_url(url: str, options: EngineOptions | None = None) -> Engine:
     """Returns the engine for a database URL (sqlite:/// or postgresql+psycopg://)."""
     options = options or EngineOptions()
-    backend = sa.engine.make_url(url).get_backend_name()
+    backend = backend_of(url)
     if backend == "sqlite":
         from collector.store.engines.sqlite import SQLiteEngine
 
         return SQLiteEngine(url, options)
-    if backend == "postgresql":
-        from collector.store.engines.postgresql import PostgreSQLEngine
+    from collector.store.engines.postgresql import PostgreSQLEngine
 
-        return PostgreSQLEngine(url, options)
-    raise StoreError(f"unsupported database {backend!r}: use sqlite:/// or postgresql+psycopg://")
+    return PostgreSQLEngine(url, options)
