@@ -18,10 +18,12 @@ const ms = seconds => {
 }
 const time = () => 'time'
 const num = () => 'num'
+// A column of seconds shown as a duration.
+const duration = key => ({ key, format: r => ms(r[key]), className: num })
 
 const stallTable = sortableTable($('stalls'), [
   { key: 'start', format: r => formatTime(Math.floor(r.start)), className: time },
-  { key: 'duration', format: r => ms(r.duration), className: num },
+  duration('duration'),
   { key: 'kind', format: r => r.kind },
   { key: 'host', format: r => r.host },
   { key: 'thread', format: r => r.thread },
@@ -35,23 +37,23 @@ const stallTable = sortableTable($('stalls'), [
 const bucketTable = sortableTable($('stall-buckets'), [
   { key: 'start', format: r => formatTime(r.t), className: time },
   { key: 'count', format: r => count(r.count), className: num },
-  { key: 'p50', format: r => ms(r.p50), className: num },
-  { key: 'p99', format: r => ms(r.p99), className: num },
-  { key: 'p999', format: r => ms(r.p999), className: num },
-  { key: 'max', format: r => ms(r.max), className: num }
+  duration('p50'),
+  duration('p99'),
+  duration('p999'),
+  duration('max')
 ], () => {})
 
 const routeTable = sortableTable($('routes'), [
   { key: 'name', format: r => shownName(r.name), className: () => 'name' },
   { key: 'count', format: r => count(r.count), className: num },
   { key: 'errors', format: r => count(r.errors), className: num },
-  { key: 'p50', format: r => ms(r.p50), className: num },
-  { key: 'p90', format: r => ms(r.p90), className: num },
-  { key: 'p99', format: r => ms(r.p99), className: num },
-  { key: 'p999', format: r => ms(r.p999), className: num },
-  { key: 'max', format: r => ms(r.max), className: num },
-  { key: 'queue_p99', format: r => ms(r.queue_p99), className: num },
-  { key: 'total_p99', format: r => ms(r.total_p99), className: num }
+  duration('p50'),
+  duration('p90'),
+  duration('p99'),
+  duration('p999'),
+  duration('max'),
+  duration('queue_p99'),
+  duration('total_p99')
 ], row => { showSlowest(row.name); showSlowDiff(row.name) })
 
 // Each route's slowest requests in the window (the five slowest of the route, over every
@@ -59,8 +61,8 @@ const routeTable = sortableTable($('routes'), [
 let slowest = []
 const slowestTable = sortableTable($('slowest'), [
   { key: 'start', format: r => formatTime(Math.floor(r.start)), className: time },
-  { key: 'duration', format: r => ms(r.duration), className: num },
-  { key: 'queue', format: r => ms(r.queue), className: num },
+  duration('duration'),
+  duration('queue'),
   { key: 'name', format: r => shownName(r.name), className: () => 'name' },
   { key: 'status', format: r => r.status ? String(r.status) : '–', className: num },
   { key: 'path', format: r => String(r.path || '') },
