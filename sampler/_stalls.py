@@ -49,6 +49,9 @@ MAX_STALLS = 500
 MAX_WALL_READS = 6000
 # A stall's stacks: at most this many distinct ones of each source are kept.
 MAX_STACKS_PER_STALL = 50
+# With the native loop, a call's stack is read from this long before its limit on (watch.c's
+# LEAD): the loop sleeps until then, not a period at a time.
+NATIVE_LEAD = 0.005
 
 
 class Stall:
@@ -182,6 +185,12 @@ class StallWatcher:
         """The threshold of a kind of call."""
         return self.request_threshold if kind == "request" else self.threshold
 
+    @property
+    def lead(self) -> float:
+        """How long before its limit a call's stack is read (then at every wake while it runs):
+        the native loop wakes for it (watch.c's LEAD); the Python loop wakes every period."""
+        return min(self.period, NATIVE_LEAD) if self._watch_wait is not None else self.period
+
     # -- the watcher thread -------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -238,12 +247,13 @@ class StallWatcher:
 
     def _read_stalled(self, now: float) -> None:
         """Reads the stack of every thread whose call could still turn into a stall before the
-        next look (it has run its threshold less a period): a call that stalls has been read at
+        next look (it has run its threshold less the lead): a call that stalls has been read at
         least once, however short past its threshold it ends."""
+        lead = self.lead
         watched = [
             (ident, started)
             for ident, (kind, started) in list(self._running.items())
-            if now - started > self.limit(kind) - self.period
+            if now - started > self.limit(kind) - lead
         ]
         if not watched and not self._wall:
             return

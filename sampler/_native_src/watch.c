@@ -1,6 +1,7 @@
 /* The stall watcher's loop between the moments it has work (sampler/_stalls.py).
  *
- * The watcher wakes every period to ask for the GIL back, timing how long that takes (gil.c).
+ * The watcher wakes to ask for the GIL back, timing how long that takes (gil.c): every period
+ * while a timed call is near its limit, else as late as the calls running allow (sleep_for).
  * Most wakes find nothing to do: no hold past the threshold, no stall reported, no module
  * loaded, no call near its threshold. A wake of the Python loop cost ~70 us of a CPU on this
  * machine's slow days, half of it the interpreter's (40 a second: 0.3% of a CPU); this loop
@@ -13,6 +14,10 @@
 #include <time.h>
 
 #define QUIET_NS 1000000000ull /* Python's loop runs at least this often (its housekeeping) */
+/* A timed call's stack is read from this long before its limit on, and then at every period
+ * while it runs; until some call gets there the watcher sleeps longer than a period (below). */
+#define LEAD 0.005
+#define SHORTEST_SLEEP 0.001
 
 double gil_wait_once(double seconds, double threshold, gil_watch *watch, PyObject *own)
 {
@@ -145,12 +150,19 @@ static int read_watched(PyObject *watcher, watched *w)
     return 0;
 }
 
-/* 1 when the call, (kind, monotonic start), has run its limit less a period (the watcher reads
- * its stack from then on), 0 when not, -1 with an exception set. */
-static int call_is_near(const watched *w, PyObject *call, double now)
+static double lead(const watched *w)
 {
+    return w->period < LEAD ? w->period : LEAD;
+}
+
+/* Seconds from ``now`` until the call, (kind, monotonic start), has run its limit less the
+ * lead (the watcher reads its stack from then on): 0 or less once it has; -1 with an exception
+ * set, and a call of another shape is not ours to judge (Python's loop reads it): 0. */
+static int call_reading_time(const watched *w, PyObject *call, double now, double *until)
+{
+    *until = 0;
     if (!PyTuple_Check(call) || PyTuple_GET_SIZE(call) != 2) {
-        return 1; /* not ours to judge: Python's loop reads it */
+        return 0;
     }
     double started = PyFloat_AsDouble(PyTuple_GET_ITEM(call, 1));
     if (started == -1.0 && PyErr_Occurred()) {
@@ -161,26 +173,64 @@ static int call_is_near(const watched *w, PyObject *call, double now)
     if (is_request < 0) {
         return -1;
     }
-    return now - started > (is_request ? w->request_threshold : w->threshold) - w->period;
+    *until = started + (is_request ? w->request_threshold : w->threshold) - lead(w) - now;
+    return 0;
 }
 
-/* 1 when a timed call of the watcher's has run its limit less a period, 0 when none has, -1
- * with an exception set. */
-static int call_near_limit(const watched *w, double now)
+/* Seconds from ``now`` until the first timed call of the watcher's has run its limit less the
+ * lead (0 or less when one has), at most ``longest``; -1 with an exception set. */
+static int first_reading_time(const watched *w, double now, double longest, double *first)
 {
+    *first = longest;
     Py_ssize_t pos = 0;
     PyObject *ident, *call;
     while (PyDict_Next(w->running, &pos, &ident, &call)) {
         /* Owned while read: a comparison that ran Python code could let another thread
          * replace the entry. */
         Py_INCREF(call);
-        int near = call_is_near(w, call, now);
+        double until;
+        int failed = call_reading_time(w, call, now, &until);
         Py_DECREF(call);
-        if (near != 0) {
-            return near;
+        if (failed) {
+            return -1;
+        }
+        if (until < *first) {
+            *first = until;
+        }
+        if (*first <= 0) {
+            return 0;
         }
     }
     return 0;
+}
+
+/* How long the watcher sleeps from ``now``: a period while a call is being read; else until
+ * the first running call is to be read, and with none, the smallest limit less the lead (a
+ * call that starts just after the sleep starts is then seen before it is to be read), but
+ * never less than a period unless a call is to be read sooner. A wake found nothing to do
+ * ~40 times a second with a 25 ms period; ~22 with 45 ms sleeps, and waking is most of the
+ * watcher's cost. -1 with an exception set. */
+static int sleep_for(const watched *w, double now, double *sleep)
+{
+    double limit = w->threshold < w->request_threshold ? w->threshold : w->request_threshold;
+    double longest = limit - lead(w) > w->period ? limit - lead(w) : w->period;
+    double first;
+    if (first_reading_time(w, now, longest, &first) < 0) {
+        return -1;
+    }
+    *sleep = first <= 0 ? w->period : first < SHORTEST_SLEEP ? SHORTEST_SLEEP : first;
+    return 0;
+}
+
+/* 1 when a timed call of the watcher's has run its limit less the lead, 0 when none has, -1
+ * with an exception set. */
+static int call_near_limit(const watched *w, double now)
+{
+    double first;
+    if (first_reading_time(w, now, 1.0, &first) < 0) {
+        return -1;
+    }
+    return first <= 0;
 }
 
 /* Whether a threading.Event is set: its flag read as is_set() reads it (calling is_set() ran a
@@ -223,7 +273,7 @@ static int has_work(const watched *w, double waited, double now, PyObject *modul
 }
 
 /* watch_wait(watcher, active, modules)
- * Waits as gil_wait(watcher.period, watcher.threshold) does, again and again, until a wake
+ * Sleeps (sleep_for) and takes the GIL back as gil_wait does, again and again, until a wake
  * has work for the watcher's Python loop: a GIL hold past the threshold, its Event _stopping
  * set, a stall _pending, a module loaded (len(modules) is not its _modules_seen), a call of its
  * _running near its limit; or a second has passed. The watcher's attributes are read at each
@@ -252,8 +302,14 @@ PyObject *native_watch_wait(PyObject *module, PyObject *const *args, Py_ssize_t 
             release_watched(&w);
             return NULL;
         }
+        double sleep;
+        if (sleep_for(&w, (double)monotonic_ns() / 1e9, &sleep) < 0) {
+            Py_DECREF(threads);
+            release_watched(&w);
+            return NULL;
+        }
         gil_watch watch;
-        double waited = gil_wait_once(w.period, w.threshold, &watch, w.own);
+        double waited = gil_wait_once(sleep, w.threshold, &watch, w.own);
         uint64_t now_ns = monotonic_ns();
         double now = (double)now_ns / 1e9;
         int work = now_ns >= quiet_until ? 1 : has_work(&w, waited, now, modules);

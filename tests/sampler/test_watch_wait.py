@@ -86,6 +86,40 @@ def test_a_call_returns_it_only_once_near_its_kinds_limit():
     assert REQUEST_THRESHOLD - PERIOD <= elapsed < REQUEST_THRESHOLD + 0.3
 
 
+def voluntary_switches(native_id):
+    with open(f"/proc/self/task/{native_id}/status") as status:
+        for line in status:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches in /proc")
+
+
+def test_with_no_call_near_its_limit_it_sleeps_longer_than_a_period():
+    # A period of 10 ms would be 100 wakes in the second it waits; with no call to read, it
+    # sleeps the smallest limit less its 5 ms lead: 45 ms, ~22 wakes (each a switch or two:
+    # its sleep, and taking the GIL back when another thread has it).
+    switches = []
+
+    def wait():
+        native_id = threading.get_native_id()
+        before = voluntary_switches(native_id)
+        Watched().wait()
+        switches.append(voluntary_switches(native_id) - before)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    thread.join()
+    assert switches[0] < 55, switches
+
+
+def test_a_call_is_returned_a_lead_before_its_limit_not_a_period():
+    watched = Watched()
+    watched.period = 0.1  # read from a period before its limit, it would return at once
+    watched._running[1] = ("loop", time.monotonic())
+    elapsed, _ = watched.wait()
+    assert THRESHOLD - 0.006 <= elapsed < THRESHOLD + 0.03  # a period: 0.1 s
+
+
 def hold_the_gil(seconds):
     ctypes.PyDLL(None).usleep(int(seconds * 1e6))  # C code that keeps the GIL
 
