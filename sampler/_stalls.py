@@ -12,10 +12,13 @@ Three kinds, watched from the moment the sampler starts, with no change to the h
 Callbacks and requests are timed exactly, by wrapping ``asyncio.events.Handle._run`` and the
 servers' request handling methods once their modules are loaded: two clock reads each (uvloop's
 handles are not seen). The wrappers share one code object, which the engines leave out of every
-walk, so no profile shows them. The watcher wakes every period (25 ms; ~0.3% of a CPU, by
-bench/bench_middleware.py) and reads the stack of every thread whose call is within a period
-of its threshold or past it (``wall`` samples: a thread blocked in a system call uses no CPU,
-so only these show where it waits), so a stall has at least one; when it ends, the engine's
+walk, so no profile shows them. The watcher reads the stack of every thread whose call is
+within its lead of its threshold or past it, then at every period while it runs (``wall``
+samples: a thread blocked in a system call uses no CPU, so only these show where it waits), so
+a stall has at least one. The Python loop wakes every period (25 ms), its lead a period; the
+native loop sleeps until a call is 5 ms from its threshold, at most the smallest threshold less
+5 ms, and the engine's ticks wake it for a GIL hold another thread waits through (watch.c,
+gil.c; bench/bench_watcher.py measures its cost). When a stall ends, the engine's
 CPU samples of the same thread over the same time are added from its recent history (``cpu``;
 the native engine keeps one). Stalls are kept in a bounded ring, served worst first.
 """

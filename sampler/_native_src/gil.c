@@ -4,11 +4,19 @@
  * Thread states are listed by known_threads, under the runtime's head lock. The GIL's own
  * fields are read without any lock: its holder's address is compared with the states listed
  * before the sleep, never followed, and checked again once the GIL is back.
+ *
+ * Between the watcher's wakes, the engine's ticks look too (gil_alarm_tick): a thread that
+ * holds the GIL on a CPU while another has waited a switch interval for it gets the ticks, and
+ * the first tick that sees it wakes the watcher, whose wait then counts from that tick.
  */
 #include "native.h"
 
+#include "internal/pycore_interp.h"
 #include "internal/pycore_runtime.h"
 
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -178,4 +186,68 @@ void gil_watch_release(gil_watch *watch)
 {
     free(watch->threads);
     watch->threads = NULL;
+}
+
+/* -- a hold seen by a tick ------------------------------------------------------------------ */
+
+enum { ALARM_NONE, ALARM_AWAKE, ALARM_ASLEEP };
+static sem_t alarm_sem;
+static atomic_int alarm_state;  /* ALARM_NONE until the semaphore exists */
+static _Atomic uint64_t alarm_ns; /* when a tick first saw the hold it woke the watcher for */
+static pthread_once_t alarm_once = PTHREAD_ONCE_INIT;
+
+static void alarm_init(void)
+{
+    if (sem_init(&alarm_sem, 0, 0) == 0) {
+        atomic_store(&alarm_state, ALARM_AWAKE);
+    }
+}
+
+void gil_alarm_tick(PyThreadState *tstate)
+{
+    if (atomic_load_explicit(&alarm_state, memory_order_acquire) != ALARM_ASLEEP) {
+        return;
+    }
+    struct _gil_runtime_state *state = gil();
+    if (!_Py_atomic_load_relaxed(&state->locked) ||
+        (PyThreadState *)_Py_atomic_load_relaxed(&state->last_holder) != tstate ||
+        !_Py_atomic_load_relaxed(&tstate->interp->ceval.gil_drop_request)) {
+        return;
+    }
+    uint64_t none = 0;
+    if (atomic_compare_exchange_strong(&alarm_ns, &none, monotonic_ns())) {
+        sem_post(&alarm_sem); /* async-signal-safe */
+    }
+}
+
+static void sleep_through(double seconds)
+{
+    struct timespec pause = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    while (nanosleep(&pause, &pause) != 0 && errno == EINTR) {
+    }
+}
+
+uint64_t gil_alarm_sleep(double seconds)
+{
+    pthread_once(&alarm_once, alarm_init);
+    if (atomic_load(&alarm_state) == ALARM_NONE) {
+        sleep_through(seconds);
+        return 0;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += (time_t)seconds;
+    until.tv_nsec += (long)((seconds - (double)(time_t)seconds) * 1e9);
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec += 1;
+        until.tv_nsec -= 1000000000L;
+    }
+    while (sem_trywait(&alarm_sem) == 0) { /* posted for a hold seen while it was awake */
+    }
+    atomic_store(&alarm_ns, 0);
+    atomic_store_explicit(&alarm_state, ALARM_ASLEEP, memory_order_release);
+    while (sem_clockwait(&alarm_sem, CLOCK_MONOTONIC, &until) != 0 && errno == EINTR) {
+    }
+    atomic_store(&alarm_state, ALARM_AWAKE);
+    return atomic_exchange(&alarm_ns, 0);
 }

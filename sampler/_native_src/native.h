@@ -258,6 +258,13 @@ uint64_t gil_watch_pass_own(gil_watch *watch, uint64_t woke);
  * (holding the GIL again). */
 void gil_watch_end(gil_watch *watch, int long_enough);
 void gil_watch_release(gil_watch *watch);
+/* A tick's look at the GIL (the SIGPROF handler, on the thread it interrupted): if that thread
+ * holds the GIL while another has asked for it a switch interval ago, and the watcher sleeps,
+ * wakes the watcher. */
+void gil_alarm_tick(PyThreadState *tstate);
+/* Sleeps up to ``seconds`` (without the GIL; a tick that sees a hold ends it): returns when
+ * that tick saw it (monotonic ns), or 0. */
+uint64_t gil_alarm_sleep(double seconds);
 /* Sleeps ``seconds`` without the GIL and takes it back, watching who held it; returns how long
  * taking it back took (watch.c). The caller releases ``watch``. */
 double gil_wait_once(double seconds, double threshold, gil_watch *watch, PyObject *own);

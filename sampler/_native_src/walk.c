@@ -316,6 +316,7 @@ static void on_sigprof(int signum, siginfo_t *info, void *context)
         PyThreadState *tstate = PyGILState_GetThisThreadState();
         if (tstate != NULL && tstate->interp == main_interpreter) {
             record_stack(tstate, weight, flags, (uint64_t)pthread_self());
+            gil_alarm_tick(tstate);
         } else {
             COUNT(no_python, weight);
         }

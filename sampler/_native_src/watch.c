@@ -22,16 +22,19 @@
 double gil_wait_once(double seconds, double threshold, gil_watch *watch, PyObject *own)
 {
     gil_watch_begin(watch, own);
-    uint64_t woke;
+    uint64_t from;
     Py_BEGIN_ALLOW_THREADS
-    struct timespec pause = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
-    while (nanosleep(&pause, &pause) != 0 && errno == EINTR) {
-    }
-    woke = monotonic_ns();
+    uint64_t seen = gil_alarm_sleep(seconds);
+    uint64_t woke = monotonic_ns();
     gil_watch_woke(watch);
-    woke = gil_watch_pass_own(watch, woke);
+    from = gil_watch_pass_own(watch, woke);
+    /* Woken by a tick that saw the hold: the wait counts from that tick (not when the sampler's
+     * own thread held the GIL as the watcher woke: then from when another took it). */
+    if (seen != 0 && seen < woke && from == woke) {
+        from = seen;
+    }
     Py_END_ALLOW_THREADS
-    uint64_t took = monotonic_ns() - woke;
+    uint64_t took = monotonic_ns() - from;
     gil_watch_end(watch, (double)took >= threshold * 1e9);
     return (double)took / 1e9;
 }

@@ -139,6 +139,42 @@ def test_the_gil_held_by_a_thread_using_no_cpu_is_a_stall_of_that_thread():
 
 
 @pytest.mark.skipif(NATIVE_UNAVAILABLE is not None, reason="the native engine counts handoffs")
+@pytest.mark.skipif(NATIVE_UNAVAILABLE is not None, reason="the native engine's ticks look")
+def test_a_hold_another_thread_waits_through_is_found_by_the_holders_own_ticks():
+    # The watcher sleeping a second at a time, its own wakes would land in a 170 ms hold once
+    # in six: the holder's ticks see another thread waiting for the GIL it holds and wake it.
+    s = sampler.start(port="none")
+    stop = threading.Event()
+
+    def waiter():  # wants the GIL every millisecond
+        while not stop.is_set():
+            time.sleep(0.001)
+
+    waiting = threading.Thread(target=waiter, name="waiter")
+    try:
+        s.stalls.period = 1.0
+        time.sleep(0.2)  # the watcher in its long sleep
+        waiting.start()
+        held = []
+        for _ in range(3):
+            started = time.perf_counter()
+            holder = threading.Thread(target=math.factorial, args=(120_000,), name="holder")
+            holder.start()
+            holder.join()
+            held.append(time.perf_counter() - started)
+            time.sleep(0.1)
+        stalls = stalls_of(s, "gil")
+    finally:
+        stop.set()
+        waiting.join()
+        sampler.stop()
+    found = [st for st in stalls if st["duration"] > 0.05]
+    assert len(found) == 3, (stalls, held)
+    for stall, truth in zip(sorted(found, key=lambda st: st["start"]), held, strict=True):
+        # From the first tick that saw a thread waiting: a switch interval and a tick late.
+        assert truth - 0.04 <= stall["duration"] <= truth * 1.2, (stall, truth)
+
+
 def test_threads_taking_turns_with_the_gil_are_contention_not_a_thread_that_did_not_run():
     # Eight threads running Python pass the GIL around every 5 ms: the watcher can wait past
     # the threshold while each holder ran only its turn. That is contention (each stall's
