@@ -13,6 +13,7 @@ from typing import Any
 from attach.agent import Attacher, serve
 from attach.pyspy import EXIT_GONE
 from collector.logs import log_event, setup_logging
+from sampler.settings import labels as parse_labels
 from sampler.settings import port
 
 __all__ = ["build_parser", "main"]
@@ -63,9 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     """Runs ``fleetflame attach`` until SIGTERM/SIGINT or until the process cannot be profiled."""
     args = build_parser().parse_args(argv)
     setup_logging("info", args.log_format)
-    labels = dict(
-        item.split("=", 1) for item in filter(None, args.labels.split(",")) if "=" in item
-    )
+    try:
+        labels = parse_labels(args.labels)  # as the sampler reads FLEETFLAME_LABELS
+    except ValueError as exc:
+        print(f"fleetflame attach: --labels: {exc}", file=sys.stderr)
+        return 2
     if args.pid is not None and not Path(f"/proc/{args.pid}").exists():
         print(f"fleetflame attach: no process {args.pid}", file=sys.stderr)
         return EXIT_GONE

@@ -179,6 +179,15 @@ def test_pid_that_exits_ends_attach_with_a_clear_message(tmp_path):
     assert f"process {proc.pid} is gone" in result.stderr
 
 
+@pytest.mark.parametrize("labels", ["team", "=web", "zone=a,,region"])
+def test_labels_that_are_not_key_value_pairs_are_refused(labels, capsys):
+    # They were dropped in silence; the sampler's FLEETFLAME_LABELS refuses them.
+    from attach.cli import main
+
+    assert main(["--pid", str(os.getpid()), "--labels", labels, "--py-spy", PY_SPY]) == 2
+    assert "--labels: expected key=value pairs" in capsys.readouterr().err
+
+
 @pytest.mark.alone
 def test_the_agent_is_served_by_the_samplers_http_server():
     import time
