@@ -10,26 +10,34 @@ function's self and total samples with one pass over its own list. For a table o
 be in it: a few hundred lists instead of every frame of every stack.
 
 Small windows (a few stacks against a large index) are counted stack by stack as before.
+How stacks' functions are numbered and filed is in webui.functable_numbering (the Python
+loops, or the sampler's C extension); the index's saved form, in webui.functable_saved.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 from array import array
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from itertools import accumulate, chain, compress, repeat
-from operator import itemgetter
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import accumulate
 
 from collector.functions import FunctionSamples, count_frames
 from collector.query import unknown_stack
 from sampler.profile import SORT_SEPARATOR, sort_key, sort_keys_of_lines
+from webui import functable_numbering as numbering
+from webui.functable_saved import (
+    SavedFunctions,
+    check_saved,
+    joined,
+    saved_functions,
+    saved_lists,
+    split,
+)
 
-__all__ = ["FunctionIndex", "SavedFunctions"]
+__all__ = ["FunctionIndex"]
 
 _log = logging.getLogger(__name__)
 
@@ -41,72 +49,6 @@ KeyReader = Callable[[list[int]], tuple[list[int], list[str]]]
 _DENSE = 8
 _STACK_BYTES = 120  # estimated per stack beyond 4 bytes a frame: its ordinal, its arrays
 _FRAME_BYTES = 8  # each frame is in two arrays: the stack's and the function's
-# Characters of stacks numbered, and stacks filed, a call of the sampler's C extension (~10-30
-# ms each): calls that short let other requests' threads in between. Filing makes an object per
-# function a call.
-_NATIVE_CHARS = 2_500_000
-_FILE_CHUNK = 50_000
-
-
-def _native_functions() -> Any:
-    """The sampler's C extension, which numbers and files stacks ~5 times faster than the
-    Python loops below (the same results: tests hold the two to them); None where it is not
-    built."""
-    try:
-        from sampler import _native
-    except ImportError:
-        return None
-    return _native if hasattr(_native, "file_functions") else None
-
-
-class SavedFunctions(NamedTuple):
-    """A function index as saved (FunctionIndex.saved_form): the stack ids in the order of
-    their ordinals, the number of functions of each and their function numbers one after
-    another, the functions' names by number; and by function, the ordinals of the stacks
-    holding it and of those it ends, one after another, with their counts (empty when the
-    load is to rebuild them)."""
-
-    ids: list[int]
-    lengths: array[int]
-    numbers: array[int]
-    names: list[str]
-    stacks: array[int]
-    stack_counts: array[int]
-    leaves: array[int]
-    leaf_counts: array[int]
-
-
-def _negative(values: array[int]) -> bool:
-    """Tells whether an array of 4-byte ints holds a negative one, from their sign bytes
-    (~45 ms for 7 million, against ~180 ms for min())."""
-    data = values.tobytes()
-    signs = data[3::4] if sys.byteorder == "little" else data[::4]
-    return bool(signs) and max(signs) >= 0x80
-
-
-def _chunks(texts: list[str], chars: int) -> Iterator[list[str]]:
-    """Cuts ``texts`` into runs of about ``chars`` characters (at least one text each)."""
-    start = 0
-    while start < len(texts):
-        end, total = start, 0
-        while end < len(texts) and (total < chars or end == start):
-            total += len(texts[end])
-            end += 1
-        yield texts[start:end]
-        start = end
-
-
-def _joined(arrays: list[array[int]]) -> array[int]:
-    """Returns one array holding these arrays of 4-byte ints one after another, joined as
-    bytes: ~50x faster than an array made from their items (7 million for 200,000 stacks)."""
-    joined = array("i")
-    joined.frombytes(b"".join(map(array.tobytes, arrays)))
-    return joined
-
-
-def _split(values: array[int], ends: list[int]) -> list[array[int]]:
-    """Cuts ``values`` into arrays ending at ``ends``."""
-    return list(map(values.__getitem__, map(slice, [0, *ends], ends)))
 
 
 class FunctionIndex:
@@ -135,7 +77,7 @@ class FunctionIndex:
         # the share of the bound they may take.
         self._pending: tuple[Callable[[], SavedFunctions | None], float] | None = None
         self.loaded = 0  # stacks whose functions were loaded rather than numbered
-        self.native = _native_functions()  # None: the Python loops (tests set it so)
+        self.native = numbering.native_functions()  # None: the Python loops (tests set it so)
         self._clear()
 
     def _clear(self) -> None:
@@ -245,19 +187,9 @@ class FunctionIndex:
             functions = list(self._functions)
             names = list(self._names)
             # The functions' arrays do grow: copied whole, here.
-            by_function = [_joined(self._stacks_of), array("i", map(len, self._stacks_of))]
-            by_function += [_joined(self._leaf_of), array("i", map(len, self._leaf_of))]
-        lengths = array("i", map(len, functions))
-        # A placeholder is a stack's only function: only those stacks are looked at.
-        alone = compress(range(len(functions)), map((1).__eq__, lengths))
-        unknown = {o for o in alone if names[functions[o][0]] == unknown_stack(ids[o])}
-        if unknown:
-            kept = [o for o in range(len(ids)) if o not in unknown]
-            ids = [ids[o] for o in kept]
-            functions = [functions[o] for o in kept]
-            lengths = array("i", map(len, functions))
-            by_function = [array("i")] * 4  # their ordinals changed
-        return SavedFunctions(ids, lengths, _joined(functions), names, *by_function)
+            by_function = [joined(self._stacks_of), array("i", map(len, self._stacks_of))]
+            by_function += [joined(self._leaf_of), array("i", map(len, self._leaf_of))]
+        return saved_functions(ids, functions, names, by_function)
 
     def load(self, saved: SavedFunctions, *, share: float = 0.8) -> int:
         """Adds saved functions (see saved_form) to an empty index, as many stacks as fit in
@@ -270,23 +202,7 @@ class FunctionIndex:
         ids, lengths, numbers, names = saved.ids, saved.lengths, saved.numbers, saved.names
         if self._ordinals:
             return 0
-        if len(lengths) != len(ids) or sum(lengths) != len(numbers):
-            raise ValueError("saved functions: their counts do not add up")
-        if lengths and min(lengths) < 1:
-            raise ValueError("saved functions: a stack without a function")
-        if len(set(names)) != len(names) or len(set(ids)) != len(ids):
-            raise ValueError("saved functions: a name or a stack twice")
-        # Numbers in range (what costs little to check; a number past the end that is left
-        # raises IndexError in a table, which then numbers anew: see table).
-        for values, end in (
-            (saved.stack_counts, len(ids) + 1),
-            (saved.leaf_counts, len(ids) + 1),
-            (saved.leaves, len(ids)),
-        ):
-            if values and (min(values) < 0 or max(values) >= end):
-                raise ValueError("saved functions: a number out of range")
-        if _negative(numbers) or _negative(saved.stacks):
-            raise ValueError("saved functions: a negative number")
+        check_saved(saved)
         ends = list(accumulate(lengths))
         fit = bisect_right(
             range(1, len(ids) + 1),
@@ -296,9 +212,13 @@ class FunctionIndex:
         try:
             self._names = list(names)
             self._numbers = dict(zip(names, range(len(names)), strict=True))
-            self._functions = _split(numbers, ends[:fit])
+            self._functions = split(numbers, ends[:fit])
             if fit == len(ids) and len(saved.stack_counts) == len(names):
-                self._file_saved(ids, saved)
+                # The saved lists of stacks by function, as they were.
+                self._stacks_of, self._leaf_of = saved_lists(saved)
+                self._ordinals = dict(zip(ids, range(len(ids)), strict=True))
+                self._bytes = _STACK_BYTES * len(ids) + _FRAME_BYTES * len(numbers)
+                self.generation += 1
             else:  # filed anew: some did not fit, or the lists were not saved
                 self._stacks_of = [array("i") for _ in names]
                 self._leaf_of = [array("i") for _ in names]
@@ -308,18 +228,6 @@ class FunctionIndex:
             raise
         self.loaded = fit
         return fit
-
-    def _file_saved(self, ids: list[int], saved: SavedFunctions) -> None:
-        """Takes the saved lists of stacks by function, as they were."""
-        if sum(saved.stack_counts) != len(saved.stacks) or sum(saved.leaf_counts) != len(
-            saved.leaves
-        ):
-            raise ValueError("saved functions: their stacks do not add up")
-        self._stacks_of = _split(saved.stacks, list(accumulate(saved.stack_counts)))
-        self._leaf_of = _split(saved.leaves, list(accumulate(saved.leaf_counts)))
-        self._ordinals = dict(zip(ids, range(len(ids)), strict=True))
-        self._bytes = _STACK_BYTES * len(ids) + _FRAME_BYTES * len(saved.numbers)
-        self.generation += 1
 
     def _learn(self, ids: Sequence[int]) -> None:
         found, texts = self._read(ids)
@@ -351,75 +259,27 @@ class FunctionIndex:
         held then."""
         first = len(self._functions)
         try:
-            if self.native is not None:
-                self._number_in_c(texts)
-            else:
-                self._number(texts)
+            numbering.number_stacks(
+                self.native,
+                texts,
+                self._numbers,
+                self._names,
+                self._functions,
+                self._stacks_of,
+                self._leaf_of,
+            )
         except BaseException:
             del self._functions[first:]  # numbered, never filed: ordinals without ids
             raise
         return self._file(found, first)
 
-    def _number(self, texts: list[str]) -> None:
-        """Numbers the stacks' functions (the Python path). Written for speed (a warm-up adds
-        200,000 stacks of 35 frames): the loops over frames are builtins (map, chain), each
-        stack's frames are looked up at once."""
-        numbers, names = self._numbers, self._names
-        stacks_of, leaf_of, functions = self._stacks_of, self._leaf_of, self._functions
-        for text in texts:
-            parts = text.split(SORT_SEPARATOR)
-            parts.reverse()
-            distinct = dict.fromkeys(parts)
-            if not distinct.keys() <= numbers.keys():
-                for name in distinct:
-                    if name not in numbers:
-                        numbers[name] = len(names)
-                        names.append(name)
-                        stacks_of.append(array("i"))
-                        leaf_of.append(array("i"))
-            functions.append(array("i", map(numbers.__getitem__, distinct)))
-
-    def _number_in_c(self, texts: list[str]) -> None:
-        """Numbers the stacks' functions as _number does, in the sampler's C extension."""
-        names = self._names
-        try:
-            for chunk in _chunks(texts, _NATIVE_CHARS):
-                packed = self.native.number_functions(chunk, SORT_SEPARATOR, self._numbers, names)
-                self._functions.extend(map(array, repeat("i"), packed))
-        finally:
-            for _ in range(len(names) - len(self._stacks_of)):  # the names numbered
-                self._stacks_of.append(array("i"))
-                self._leaf_of.append(array("i"))
-
     def _file(self, found: list[int], first: int) -> int:
         """Files the stacks numbered from ordinal ``first`` on (their ids ``found``) under
         their functions; returns the estimated bytes held then."""
-        stacks_of, leaf_of = self._stacks_of, self._leaf_of
         added = self._functions[first:]
-        ordinals = range(first, len(self._functions))
-        self._ordinals.update(zip(found, ordinals, strict=True))
-        lengths = list(map(len, added))
-        if self.native is not None:
-            for i in range(0, len(added), _FILE_CHUNK):
-                holding, ending = self.native.file_functions(
-                    added[i : i + _FILE_CHUNK], first + i, len(stacks_of)
-                )
-                for number, packed in holding.items():
-                    stacks_of[number].frombytes(packed)
-                for number, packed in ending.items():
-                    leaf_of[number].frombytes(packed)
-        else:
-            deque(
-                map(
-                    array.append,
-                    map(stacks_of.__getitem__, chain.from_iterable(added)),
-                    chain.from_iterable(map(repeat, ordinals, lengths)),
-                ),
-                maxlen=0,
-            )
-            leaves = map(leaf_of.__getitem__, map(itemgetter(0), added))
-            deque(map(array.append, leaves, ordinals), maxlen=0)
-        self._bytes += _STACK_BYTES * len(added) + _FRAME_BYTES * sum(lengths)
+        self._ordinals.update(zip(found, range(first, len(self._functions)), strict=True))
+        numbering.file_stacks(self.native, added, first, self._stacks_of, self._leaf_of)
+        self._bytes += _STACK_BYTES * len(added) + _FRAME_BYTES * sum(map(len, added))
         self.generation += 1
         return self._bytes
 

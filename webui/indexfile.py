@@ -16,7 +16,7 @@ key holds none), and a CRC-32 of the block; a block of count 0 ends the file. A 
 anything else (truncated, damaged, of another version) is ignored whole.
 
 The function index (webui.functable) is saved beside it the same way, in sections (a length,
-the data, its CRC-32), its arrays as they are (see functable.SavedFunctions): numbering the
+the data, its CRC-32), its arrays as they are (see functable_saved.SavedFunctions): numbering the
 functions of 200,000 stacks from their text takes seconds, loading them a fraction of one.
 """
 
@@ -38,7 +38,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from sampler.profile import SORT_SEPARATOR
-from webui.functable import SavedFunctions
+from webui.functable_saved import SavedFunctions
 
 __all__ = [
     "BLOCK",

@@ -26,7 +26,8 @@ from pathlib import Path
 from collector.query import Query
 from collector.store import StoreError
 from webui import indexfile
-from webui.functable import FunctionIndex, SavedFunctions
+from webui.functable import FunctionIndex
+from webui.functable_saved import SavedFunctions
 from webui.model import StackIndex
 
 __all__ = ["Warmer"]

@@ -7,11 +7,11 @@ import random
 import pytest
 
 from collector.functions import FunctionSamples
-from webui import functable
+from webui import functable_numbering
 from webui.functable import FunctionIndex
 from webui.model import StackIndex, top_functions
 
-NATIVE = functable._native_functions()
+NATIVE = functable_numbering.native_functions()
 
 
 @pytest.fixture(autouse=True, params=["c", "python"])
@@ -21,7 +21,7 @@ def numbering(request, monkeypatch) -> str:
     if request.param == "c" and NATIVE is None:
         pytest.skip("the sampler's C extension is not built")
     if request.param == "python":
-        monkeypatch.setattr(functable, "_native_functions", lambda: None)
+        monkeypatch.setattr(functable_numbering, "native_functions", lambda: None)
     return str(request.param)
 
 

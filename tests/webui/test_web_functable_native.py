@@ -12,7 +12,7 @@ import pytest
 from test_web_functable import NATIVE, Reader
 
 from sampler.profile.frames import escape_frame
-from webui import functable
+from webui import functable_numbering
 from webui.functable import FunctionIndex
 
 HOSTILE = Path(__file__).parents[1] / "data" / "hostile_frames.json"
@@ -45,8 +45,9 @@ def varied_texts(n: int, seed: int) -> dict[int, str]:
 
 
 def test_the_c_path_numbers_and_files_as_the_python_path(monkeypatch) -> None:
-    monkeypatch.setattr(functable, "_NATIVE_CHARS", 300)  # calls end in the middle of things
-    monkeypatch.setattr(functable, "_FILE_CHUNK", 11)
+    # Calls end in the middle of things.
+    monkeypatch.setattr(functable_numbering, "_NATIVE_CHARS", 300)
+    monkeypatch.setattr(functable_numbering, "_FILE_CHUNK", 11)
     indexes = {}
     texts = varied_texts(400, seed=5)
     for path in ("c", "python"):
@@ -102,7 +103,7 @@ class FailingSecondCall:
 
 
 def test_stacks_numbered_before_a_failure_are_not_kept_unfiled(monkeypatch) -> None:
-    monkeypatch.setattr(functable, "_NATIVE_CHARS", 300)
+    monkeypatch.setattr(functable_numbering, "_NATIVE_CHARS", 300)
     texts = varied_texts(100, seed=2)
     index = FunctionIndex(Reader(texts))
     index.native = FailingSecondCall()
