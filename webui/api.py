@@ -17,8 +17,8 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from collector.store import InvalidQuery, StoreError, StoreUnavailable
 from sampler.profile import align_up, unescape_frame
 from webui import db
-from webui.db import sqlite_file_problem
 from webui.exports import EXPORTS, ExportInfo
+from webui.gcpause import paused_gc
 from webui.model import (
     choose_step,
     diff_tree_sorted,
@@ -36,6 +36,7 @@ from webui.params import (
     parse_int,
     parse_selection,
 )
+from webui.readonly import sqlite_file_problem
 
 __all__ = ["bp"]
 
@@ -91,7 +92,7 @@ def flamegraph() -> Response:
     database = db.get_db()
 
     def compute() -> dict[str, Any]:
-        with db.paused_gc():
+        with paused_gc():
             stacks, interval = database.sorted_stacks(selection)
             tree = flame_tree_sorted(
                 stacks, max_nodes=max_nodes, min_share=min_share, interval=interval
@@ -117,7 +118,7 @@ def diff() -> Response:
     database = db.get_db()
 
     def compute() -> dict[str, Any]:
-        with db.paused_gc():
+        with paused_gc():
             # Each side read once: the tree and the table describe the same samples.
             counts_a, counts_b, interval = database.compared(a, b)
             index = database.index
@@ -208,7 +209,7 @@ def top() -> Response:
     database = db.get_db()
 
     def compute() -> dict[str, Any]:
-        with db.paused_gc():
+        with paused_gc():
             samples, interval = database.function_samples(selection, limit=limit, match=match)
             functions = top_functions(samples, limit=limit, interval=interval)
         return {"selection": _describe(selection), "total": samples.total, "functions": functions}

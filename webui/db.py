@@ -1,8 +1,8 @@
 """The web UI's only door to the database: a read-only store, its query object, a cache.
 
 One ``Database`` per app holds the collector's ``Store`` (its connection pool) and ``Query``
-(which caches stack names), opened on first use with a read-only URL: SQLite in
-``mode=ro``, PostgreSQL with ``default_transaction_read_only``.
+(which caches stack names), opened on first use with a read-only URL (webui.readonly): SQLite
+in ``mode=ro``, PostgreSQL with ``default_transaction_read_only``.
 
 Three caches: the last merged profile read (one page view asks for the same window several
 times: graph, table, export), reused for a few seconds or for as long as its window has
@@ -14,18 +14,15 @@ Opening the store starts warming that index with the stacks of the last hours (w
 
 from __future__ import annotations
 
-import gc
 import os
-import sqlite3
 import threading
 import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import sqlalchemy as sa
 from flask import Flask, current_app, g
@@ -33,124 +30,19 @@ from flask import Flask, current_app, g
 from collector.query import Filters, Query, StackCounts
 from collector.store import Store, StoreError, StoreUnavailable
 from collector.store.engines.base import translate_errors
-from collector.store.engines.sqlite import sqlite_path
 from sampler.profile import Profile, is_settled, rescale
 from webui import indexfile
 from webui.functable import FunctionIndex
 from webui.model import FunctionSamples, SortedStacks, StackIndex
 from webui.params import Selection
+from webui.readonly import read_only_sessions, readonly_url
 from webui.warmup import SAVE_EVERY, Warmer
 
-__all__ = ["Database", "get_db", "init_app", "mark_unavailable", "paused_gc", "readonly_url"]
+__all__ = ["Database", "get_db", "init_app", "mark_unavailable"]
 
 _EXTENSION = "fleetflame_db"
 # How long the last profile of a window still receiving samples is reused.
 _FRESH_SECONDS = 10.0
-
-
-_gc_lock = threading.Lock()
-_gc_pausers = 0
-_gc_paused_at: float | None = None  # when this module disabled the collector, if it did
-# Under steady load pauses overlap; the collector runs again after this long regardless.
-_GC_MAX_PAUSE = 5.0
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pauses the cyclic garbage collector while a large profile is read and pruned.
-
-    Reading a window of 200,000 stacks makes as many row tuples, which live for the whole
-    request: each full collection they trigger walks every object of the process (up to 0.2 s
-    per request). Nothing here makes cycles. Collection resumes when the last pauser is done,
-    or when one is done and it has been paused for _GC_MAX_PAUSE seconds, so overlapping
-    requests cannot keep it off.
-    """
-    global _gc_pausers, _gc_paused_at
-    with _gc_lock:
-        _gc_pausers += 1
-        if _gc_pausers == 1 and gc.isenabled():
-            gc.disable()
-            _gc_paused_at = time.monotonic()
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_pausers -= 1
-            if _gc_paused_at is not None and (
-                _gc_pausers == 0 or time.monotonic() - _gc_paused_at > _GC_MAX_PAUSE
-            ):
-                gc.enable()
-                _gc_paused_at = None
-
-
-def readonly_url(url: str) -> str:
-    """Returns the database URL that opens the same database read-only."""
-    parsed = sa.engine.make_url(url)
-    backend = parsed.get_backend_name()
-    if backend == "sqlite":
-        database = parsed.database or ""
-        if database in ("", ":memory:"):
-            return url
-        query = dict(parsed.query)
-        if query.get("uri", "").lower() != "true":
-            database = "file:" + quote(str(Path(database).resolve()), safe="/:")
-        query.update(mode="ro", uri="true")
-        parsed = parsed.set(database=database, query=query)
-    elif backend == "postgresql":
-        options = parsed.query.get("options", "")
-        if isinstance(options, tuple):
-            options = " ".join(options)
-        options = f"{options} -c default_transaction_read_only=on".strip()
-        parsed = parsed.update_query_dict({"options": options})
-    return parsed.render_as_string(hide_password=False)
-
-
-NOT_A_DATABASE = "file is not a database"  # SQLite's message (Python 3.10 has no error name)
-
-
-def sqlite_file_problem(url: str) -> str | None:
-    """What is wrong with the SQLite file ``url`` names, when it is not a fleetflame database
-    (no such file, a folder, another kind of file, a database the collector never wrote), else
-    None: the store's own errors then say what failed."""
-    path = sqlite_path(url)
-    if path is None:
-        return None
-    if not path.exists():
-        return (
-            f"there is no SQLite file at {path} (is database_url the one the collector writes "
-            "to, and has it started?)"
-        )
-    if not path.is_file():
-        return f"{path} is not a file (database_url must name the collector's SQLite file)"
-    try:
-        with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=0)) as conn:
-            ours = conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
-            ).fetchone()
-    except sqlite3.DatabaseError as exc:
-        if getattr(exc, "sqlite_errorname", "") == "SQLITE_NOTADB" or str(exc) == NOT_A_DATABASE:
-            return f"{path} is not a SQLite database ({exc})"
-        return None  # locked, or not readable now: the store's own error says so
-    if ours is None:
-        return (
-            f"the SQLite file at {path} holds no fleetflame data (is database_url the one the "
-            "collector writes to?)"
-        )
-    return None
-
-
-def _read_only_sessions(engine: sa.Engine) -> None:
-    """Makes every PostgreSQL session read-only as it connects.
-
-    The store passes its own ``options`` to the driver, which replace the URL's, so the
-    setting from readonly_url() may not reach the server: this does regardless.
-    """
-
-    @sa.event.listens_for(engine, "connect")
-    def _connect(dbapi_connection, _record):  # type: ignore[no-untyped-def]
-        with dbapi_connection.cursor() as cursor:
-            cursor.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
-        dbapi_connection.commit()
 
 
 def filters_of(selection: Selection) -> Filters:
@@ -232,7 +124,7 @@ class Database:
             if self._query is None or self._index is None:
                 store = Store(readonly_url(self.url), bucket_seconds=self.bucket_seconds)
                 if store.dialect == "postgresql":
-                    _read_only_sessions(store.engine.sa_engine)
+                    read_only_sessions(store.engine.sa_engine)
                 try:  # a width the collector does not write would read only part of the data
                     store.check_bucket_seconds()
                 except StoreUnavailable:

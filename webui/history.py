@@ -26,6 +26,7 @@ from collector.store import schema
 from sampler.profile import DEFAULT_INTERVAL, Profile, escape_frame, rescale, split_frames
 from webui import api, db
 from webui.api import _describe, _selection
+from webui.gcpause import paused_gc
 from webui.model import flame_tree
 from webui.params import ParamError, Selection, parse_choice
 
@@ -132,7 +133,7 @@ def time_order() -> Response:
     def compute() -> dict[str, Any]:
         query, filters = database.query, db.filters_of(selection)
         start = selection.start - selection.start % bucket
-        with db.paused_gc():
+        with paused_gc():
             reads = [
                 (t, query.read(t, min(t + step, selection.end), filters))
                 for t in range(start, selection.end, step)

@@ -21,6 +21,7 @@ from collector.compare_db import frames_of, replicates_in
 from sampler.profile import unescape_frame
 from webui import api, db
 from webui.api import _describe, _now
+from webui.gcpause import paused_gc
 from webui.params import Selection, parse_compare
 
 TYPE_CHECKING = False
@@ -77,7 +78,7 @@ def significance() -> Response:
 def _replicates(database: db.Database, side: Selection) -> list[dict[int, int]]:
     bucket = current_app.config["BUCKET_SECONDS"]
     filters = db.filters_of(side)
-    with db.paused_gc():
+    with paused_gc():
         replicates, _ = replicates_in(
             database.query, filters, side.start, side.end, bucket, MAX_REPLICATES
         )

@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 import webui
-from webui.db import readonly_url
+from webui.readonly import readonly_url
 from webui.settings import SETTINGS, SettingsError, load_settings, markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -288,26 +288,26 @@ def test_build_assets_copies_the_npm_files(tmp_path):
 def test_gc_pauses_nest_end_on_errors_and_never_last_long(monkeypatch):
     import gc
 
-    from webui import db
+    from webui import gcpause
 
     assert gc.isenabled()
     with pytest.raises(RuntimeError):
-        with db.paused_gc():
+        with gcpause.paused_gc():
             assert not gc.isenabled()
             raise RuntimeError("a failed request")
     assert gc.isenabled()
-    outer = db.paused_gc()
+    outer = gcpause.paused_gc()
     outer.__enter__()
-    with db.paused_gc():
+    with gcpause.paused_gc():
         pass
     assert not gc.isenabled()  # the outer request still reads
     outer.__exit__(None, None, None)
     assert gc.isenabled()
     # Overlapping requests under steady load: past the longest pause, collection resumes.
-    monkeypatch.setattr(db, "_GC_MAX_PAUSE", 0.0)
-    outer = db.paused_gc()
+    monkeypatch.setattr(gcpause, "_GC_MAX_PAUSE", 0.0)
+    outer = gcpause.paused_gc()
     outer.__enter__()
-    with db.paused_gc():
+    with gcpause.paused_gc():
         pass
     assert gc.isenabled()
     outer.__exit__(None, None, None)
@@ -315,7 +315,7 @@ def test_gc_pauses_nest_end_on_errors_and_never_last_long(monkeypatch):
     # A host that turned the collector off keeps it off.
     gc.disable()
     try:
-        with db.paused_gc():
+        with gcpause.paused_gc():
             pass
         assert not gc.isenabled()
     finally:

@@ -68,7 +68,7 @@ def test_a_label_filter_needs_a_key_and_a_value(client, label):
 
 def test_a_locked_database_is_not_called_another_kind_of_file(tmp_path):
     # A lock (a writer mid-transaction) is an outage to wait out, not a wrong file.
-    from webui.db import sqlite_file_problem
+    from webui.readonly import sqlite_file_problem
 
     path = tmp_path / "fleetflame.db"
     with closing(sqlite3.connect(path)) as conn:
