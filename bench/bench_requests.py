@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from collector.request_rows import SKETCHES, pack_sketch  # noqa: E402
 from collector.store import Store, schema  # noqa: E402
-from collector.worst import FLEET_WIDTHS  # noqa: E402
+from collector.worst_rows import FLEET_WIDTHS  # noqa: E402
 from sampler._sketch import Sketch  # noqa: E402
 from sampler.profile import align_up  # noqa: E402
 from webui.worst import _cover  # noqa: E402

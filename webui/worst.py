@@ -21,7 +21,7 @@ from flask import Blueprint, Response, jsonify, request
 
 from collector.request_rows import SKETCHES, RequestFigures
 from collector.store import schema
-from collector.worst import FLEET_WIDTHS, stall_stacks
+from collector.worst_rows import FLEET_WIDTHS, stall_stacks
 from sampler._sketch import SketchError
 from sampler.profile import align_down, align_up
 from webui import api, db, pages

@@ -171,7 +171,7 @@ request_buckets = sa.Table(
 )
 
 # The same per service and route, every instance and host merged, at each of the widths of
-# collector.worst.FLEET_WIDTHS (migration 0008): what a window reads when no host or instance
+# collector.worst_rows.FLEET_WIDTHS (migration 0008): what a window reads when no host or instance
 # is asked for, its whole days by the day, and so on down to its minutes.
 request_fleet = sa.Table(
     "request_fleet",

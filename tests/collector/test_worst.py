@@ -18,7 +18,9 @@ from pollhelpers import ready_worker
 
 from collector.store import Store, schema
 from collector.targets import Target
-from collector.worst import WorstCases, add_fleet_rows, add_request_rows, sketch_delta
+from collector.worst import WorstCases
+from collector.worst_documents import sketch_delta
+from collector.worst_rows import add_fleet_rows, add_request_rows
 from sampler._engine_native import unavailable
 from sampler._sketch import Sketch
 

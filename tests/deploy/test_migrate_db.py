@@ -60,7 +60,7 @@ def _fill(url: str) -> dict[str, int]:
 def _fill_worst_cases(store: Store) -> None:
     """A stall, two minutes of a route's request figures (and their fleet rows), a finding."""
     from collector.request_rows import SKETCHES
-    from collector.worst import add_request_rows
+    from collector.worst_rows import add_request_rows
     from sampler._sketch import Sketch
 
     sketches = json.dumps({name: Sketch().document() for name in SKETCHES})

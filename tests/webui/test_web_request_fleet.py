@@ -11,7 +11,8 @@ from webhelpers import T0
 
 from collector.request_rows import SKETCHES
 from collector.store import Store, schema
-from collector.worst import MAX_FLEET_STACKS, WorstCases, add_request_rows
+from collector.worst import WorstCases
+from collector.worst_rows import MAX_FLEET_STACKS, add_request_rows
 from sampler._sketch import Sketch
 from sampler.profile import OTHER
 from webui import create_app, worst

@@ -153,7 +153,7 @@ def record_slow_requests(
     import sqlalchemy as sa
 
     from collector.request_rows import SKETCHES
-    from collector.worst import add_request_rows
+    from collector.worst_rows import add_request_rows
     from sampler._sketch import Sketch
 
     latency = Sketch()

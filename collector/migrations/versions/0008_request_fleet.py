@@ -26,7 +26,7 @@ CHUNK = 10_000
 
 def upgrade() -> None:
     """Creates request_fleet and fills it from request_buckets."""
-    from collector.worst import add_fleet_rows
+    from collector.worst_rows import add_fleet_rows
 
     op.create_table(
         "request_fleet",
