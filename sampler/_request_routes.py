@@ -4,6 +4,7 @@ p99 estimate, and the slowest requests with their stacks (the parts of /requests
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import Counter, deque
 from operator import itemgetter
@@ -53,6 +54,15 @@ def queue_delay(header: str, now: float) -> float | None:
         else:
             return None
     return delay if -MAX_QUEUE < delay < MAX_QUEUE else None
+
+
+def _nth_slowest(chunk: list[Finished]) -> float:
+    return heapq.nlargest(TOP, [request[2] for request in chunk])[-1]
+
+
+def _below(value: float) -> float:
+    # The threshold is exclusive (slower than it): ties with the value are kept.
+    return math.nextafter(value, -math.inf)
 
 
 def _is_error(code: int) -> bool:
@@ -151,12 +161,13 @@ class Route:
             self.total.add(queue + elapsed)
         self._counted(1, _is_error(status))
 
-    def add_batch(self, requests: list[Finished]) -> list[tuple[Finished, bool, float | None]]:
+    def add_batch(self, requests: list[Finished]) -> list[tuple[Finished, bool]]:
         """Counts finished requests, in order, as ``add`` would one by one; returns those that
-        may be among the route's slowest, each with whether it was slower than the p99 estimate
-        of its time and its queueing delay."""
+        may be among the route's slowest or were slower than the p99 estimate of their time,
+        each with whether it was."""
         slowest = self.slowest
-        floor = slowest[0].duration if len(slowest) >= TOP else -math.inf
+        full = len(slowest) >= TOP
+        floor = slowest[0].duration if full else -math.inf
         count_chunk = self._count_in_c if _native is not None else self._count_in_python
         candidates = []
         at = 0
@@ -165,11 +176,14 @@ class Route:
             chunk = requests[at : at + REFRESH - self.count % REFRESH]
             at += len(chunk)
             p99 = self.p99
-            for request in count_chunk(chunk, floor if p99 is None else min(floor, p99)):
+            # Among the route's slowest, only what is among its chunk's slowest: while fewer
+            # than TOP are kept (a new route), not every request of the chunk.
+            top = floor if full or len(chunk) <= TOP else _below(_nth_slowest(chunk))
+            over = top if p99 is None else min(top, p99)
+            for request in count_chunk(chunk, over):
                 slow = p99 is not None and request[2] > p99
                 self.slow_count += slow
-                queue = queue_delay(request[3], request[4]) if request[3] else None
-                candidates.append((request, slow, queue))
+                candidates.append((request, slow))
             self._counted(len(chunk), 0)
         return candidates
 

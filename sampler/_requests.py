@@ -198,7 +198,7 @@ class Recorder:
             by_route: dict[str, list[Finished]] = {}
             for request in batch:
                 by_route.setdefault(request[0], []).append(request)
-            found: dict[Route, list[tuple[Finished, bool, float | None]]] = {}
+            found: dict[Route, list[tuple[Finished, bool]]] = {}
             routes = self.routes
             for name, requests in by_route.items():
                 route = routes.get(name)
@@ -210,9 +210,10 @@ class Recorder:
             wanted: list[tuple[Route, SlowRequest, Finished, bool, bool]] = []
             for route, candidates in found.items():
                 tops = {id(c[0]) for c in heapq.nlargest(TOP, candidates, key=_elapsed)}
-                for request, slow, queue in candidates:
+                for request, slow in candidates:
                     top = id(request) in tops
                     if slow or top:
+                        queue = queue_delay(request[3], request[4]) if request[3] else None
                         wanted.append(
                             (route, SlowRequest(0.0, request[2], queue), request, slow, top)
                         )
@@ -330,7 +331,7 @@ def _exclude(sampler: Any, excluded: bool) -> None:
         pass
 
 
-def _elapsed(candidate: tuple[Finished, bool, float | None]) -> float:
+def _elapsed(candidate: tuple[Finished, bool]) -> float:
     return candidate[0][2]
 
 
