@@ -13,8 +13,8 @@ from typing import Any
 from attach.agent import Attacher, serve
 from attach.pyspy import EXIT_GONE
 from collector.logs import log_event, setup_logging
+from sampler.settings import is_loopback, port
 from sampler.settings import labels as parse_labels
-from sampler.settings import port
 
 __all__ = ["build_parser", "main"]
 
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         py_spy=args.py_spy or _default_py_spy(),
         nonblocking=args.nonblocking,
     )
-    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.token:
+    if not is_loopback(args.host) and not args.token:
         print(
             "fleetflame attach: serving stack traces beyond localhost needs --token",
             file=sys.stderr,

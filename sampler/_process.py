@@ -14,6 +14,7 @@ import threading
 from . import _settings
 from ._core import Sampler, SamplerError
 from ._log import log
+from .settings import is_loopback
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
 if TYPE_CHECKING:
@@ -33,11 +34,7 @@ def start(**overrides: Any) -> Sampler:
         settings = _settings.resolve(overrides)
         _check_bounds(settings)
         host, token = settings["host"], settings["token"]
-        if (
-            settings["port"] is not None
-            and not token
-            and host not in ("127.0.0.1", "localhost", "::1")
-        ):
+        if settings["port"] is not None and not token and not is_loopback(host):
             raise _settings.ConfigError(
                 f"binding the sampler endpoint to {host!r} exposes stack traces: set a token "
                 "(token=... or FLEETFLAME_TOKEN) or bind to 127.0.0.1"

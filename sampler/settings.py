@@ -125,6 +125,19 @@ def integer(value: str) -> int:
 
 
 @_kind("port")
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address, IPv6 in brackets or not) is only this host's:
+    ``localhost``, 127.0.0.0/8 or ::1. Binding to any other exposes what is served."""
+    if host == "localhost":
+        return True
+    import ipaddress  # here, not at import: the sampler's start stays cheap
+
+    try:
+        return ipaddress.ip_address(host.removeprefix("[").removesuffix("]")).is_loopback
+    except ValueError:  # a name: it may resolve anywhere
+        return False
+
+
 def port(value: str) -> int:
     """A TCP port: 0 (any free one) to 65535."""
     number: int = integer(value)

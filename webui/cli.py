@@ -11,13 +11,10 @@ import logging
 import sys
 
 from collector.store import StoreError
-from sampler.settings import port
+from sampler.settings import is_loopback, port
 from webui.settings import SETTINGS, SettingsError
 
 __all__ = ["main"]
-
-# Addresses only this host can reach.
-LOOPBACK = ("localhost", "::1", "[::1]")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -67,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"fleetflame web: {exc}", file=sys.stderr)
         return 2
-    exposed = args.host not in LOOPBACK and not args.host.startswith("127.")
+    exposed = not is_loopback(args.host)
     if exposed and not (app.config["AUTH_TOKEN"] or app.config["AUTH_USER"]):
         if not args.allow_unauthenticated:
             print(

@@ -207,6 +207,30 @@ def test_binding_beyond_loopback_requires_a_token():
     assert sampler.running() is None
 
 
+@pytest.mark.parallel
+@pytest.mark.parametrize(
+    "host, loopback",
+    [
+        ("localhost", True),
+        ("127.0.0.1", True),
+        ("127.1.2.3", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("10.0.0.5", False),
+        ("127.evil.example", False),  # a name that only starts like loopback
+        ("localhost.example", False),
+        ("", False),
+    ],
+)
+def test_what_counts_as_loopback_is_one_rule_for_every_server(host, loopback):
+    # The sampler's endpoint, `fleetflame web` and `fleetflame attach` all ask it.
+    from sampler.settings import is_loopback
+
+    assert is_loopback(host) is loopback
+
+
 @pytest.mark.parametrize(
     "token, message",
     [(" ", "blank"), ("\t\n", "blank"), ("s3cret\n", "whitespace"), ("s3\x01cret", "control")],
