@@ -186,13 +186,13 @@ def test_leftovers_of_a_killed_run_are_found_by_run_id(tmp_path) -> None:
 
 
 def test_the_users_sampler_variables_do_not_leak_into_the_demo(monkeypatch) -> None:
-    from demoshop import fleet
+    from demoshop import commands
 
     monkeypatch.setenv("FLEETFLAME_HOST", "0.0.0.0")  # would need a token: samplers would not start
     monkeypatch.setenv("FLEETFLAME_PORT", "8021")
     monkeypatch.setenv("FLEETFLAME_MODE", "wall")  # an experiment docs/demo.md suggests
     monkeypatch.setenv("FLEETFLAME_COLLECTOR_POLL_INTERVAL", "5")
-    env = fleet.inherited_env()
+    env = commands.inherited_env()
     assert "FLEETFLAME_HOST" not in env and "FLEETFLAME_PORT" not in env
     assert env["FLEETFLAME_MODE"] == "wall" and env["FLEETFLAME_COLLECTOR_POLL_INTERVAL"] == "5"
 

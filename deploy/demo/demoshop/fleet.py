@@ -6,6 +6,8 @@ and a gthread pool), each worker sampled through the ``post_fork`` hook of
 version 1.4.2 replaces 1.4.1 in a rolling deploy (new pools bind the same ports with
 SO_REUSEPORT, then the old ones drain), so the compare view has a real regression to show.
 Ctrl-C (or ``--duration``) stops every process group and checks that the ports are free.
+What each process runs is in demoshop.commands, the workers seen in demoshop.workers, the text
+printed once everything answers in demoshop.banner.
 """
 
 from __future__ import annotations
@@ -24,39 +26,26 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from demoshop import GOOD_VERSION, REGRESSED_VERSION, catalog, configs, ports, procs, settings
+from demoshop import (
+    GOOD_VERSION,
+    REGRESSED_VERSION,
+    banner,
+    catalog,
+    commands,
+    configs,
+    ports,
+    procs,
+    settings,
+    workers,
+)
+from demoshop.commands import JOBS_SERVICE, REPO, SHOP_SERVICE
 
-REPO = Path(__file__).resolve().parents[3]
-DEMO_DIR = REPO / "deploy" / "demo"
-SHOP_SERVICE = "demo-shop"
-JOBS_SERVICE = "demo-jobs"
-SYNC_WORKERS = 4
-GTHREAD_WORKERS, GTHREAD_THREADS = 2, 4
 STOP_TIMEOUT = 15.0
 READY_TIMEOUT = 90.0
 
 
 class DemoError(RuntimeError):
     """The demo cannot start or run; the message says what to do."""
-
-
-# Sampler settings from the user's shell would change where the demo's samplers listen (or stop
-# them binding at all); the demo sets these itself. FLEETFLAME_MODE, _INTERVAL and the
-# collector's and web UI's variables do pass through, to experiment with.
-_NOT_INHERITED = (
-    "FLEETFLAME_PORT",
-    "FLEETFLAME_HOST",
-    "FLEETFLAME_TOKEN",
-    "FLEETFLAME_SERVICE",
-    "FLEETFLAME_LABELS",
-    "FLEETFLAME_ENABLE",
-    "FLEETFLAME_DRIVER",
-)
-
-
-def inherited_env() -> dict[str, str]:
-    """Returns the environment the demo's processes start from."""
-    return {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -75,10 +64,10 @@ class Demo:
         self.stop_event = threading.Event()
         self.started = time.time()
         self.plan: ports.PortPlan | None = None
-        self.supervisor = procs.Supervisor(self.run_id, self.var / "logs", inherited_env())
+        self.supervisor = procs.Supervisor(self.run_id, self.var / "logs", commands.inherited_env())
         self.pools: dict[str, procs.Child] = {}  # role -> current child
         self.masters: set[int] = set()  # every gunicorn master started, old versions included
-        self.workers: dict[str, dict[str, Any]] = {}  # instance id -> what we know of it
+        self.workers: workers.Workers = {}  # instance id -> what we know of it
         self.deployed_at: float | None = None
         self.version = GOOD_VERSION
 
@@ -122,59 +111,18 @@ class Demo:
 
     # -- processes ---------------------------------------------------------------------------
 
-    def _python(self, *args: str) -> list[str]:
-        return [sys.executable, *args]
-
-    def _sampler_env(self, service: str, version: str, pool: str) -> dict[str, str]:
-        assert self.plan is not None
-        return {
-            "FLEETFLAME_PORT": self.plan.sampler_range,
-            "FLEETFLAME_SERVICE": service,
-            "FLEETFLAME_LABELS": f"version={version},pool={pool}",
-            "DEMO_VERSION": version,
-            "DEMO_DB": str(self.var / "shop.db"),
-            "PYTHONPATH": str(DEMO_DIR),
-        }
-
     def _start_pool(self, pool: str, version: str) -> procs.Child:
         assert self.plan is not None
-        port = self.plan.shop_sync if pool == "sync" else self.plan.shop_gthread
-        shape = (
-            ["--workers", str(SYNC_WORKERS), "--worker-class", "sync"]
-            if pool == "sync"
-            else [
-                "--workers",
-                str(GTHREAD_WORKERS),
-                "--worker-class",
-                "gthread",
-                "--threads",
-                str(GTHREAD_THREADS),
-            ]
-        )
-        argv = self._python(
-            "-m",
-            "gunicorn",
-            "-c",
-            str(REPO / "deploy" / "gunicorn.conf.py"),
-            *shape,
-            "--bind",
-            f"{ports.HOST}:{port}",
-            "--reuse-port",
-            "--graceful-timeout",
-            "5",
-            "--pythonpath",
-            str(DEMO_DIR),
-            "demoshop.app:create_app()",
-        )
-        env = self._sampler_env(SHOP_SERVICE, version, pool)
+        env = commands.sampler_env(self.plan, self.var, SHOP_SERVICE, version, pool)
+        argv = commands.pool_argv(self.plan, pool)
         child = self.supervisor.start(f"shop-{pool}-{version}", argv, env, cwd=REPO)
         self.masters.add(child.pid)
         return child
 
     def _start_jobs(self, version: str) -> procs.Child:
-        argv = self._python("-m", "demoshop.jobs", "--db", str(self.var / "shop.db"))
-        env = self._sampler_env(JOBS_SERVICE, version, "jobs")
-        return self.supervisor.start(f"jobs-{version}", argv, env, cwd=REPO)
+        assert self.plan is not None
+        env = commands.sampler_env(self.plan, self.var, JOBS_SERVICE, version, "jobs")
+        return self.supervisor.start(f"jobs-{version}", commands.jobs_argv(self.var), env, cwd=REPO)
 
     def start(self) -> None:
         """Starts collector, web UI, the shop at 1.4.1, the job worker and the load generator."""
@@ -183,26 +131,11 @@ class Demo:
             self.var, self.plan, self.options.poll_interval
         )
         self.collector = self.supervisor.start(
-            "collector",
-            self._python("-m", "collector", "--config", str(collector_cfg)),
-            {},
-            cwd=REPO,
+            "collector", commands.collector_argv(collector_cfg), {}, cwd=REPO
         )
         web_cfg = configs.write_web_config(self.var)
         self.web = self.supervisor.start(
-            "webui",
-            self._python(
-                "-m",
-                "webui",
-                "--config",
-                str(web_cfg),
-                "--host",
-                ports.HOST,
-                "--port",
-                str(self.plan.web_ui),
-            ),
-            {},
-            cwd=REPO,
+            "webui", commands.webui_argv(web_cfg, self.plan), {}, cwd=REPO
         )
         for pool in ("sync", "gthread"):
             self.pools[pool] = self._start_pool(pool, GOOD_VERSION)
@@ -210,22 +143,10 @@ class Demo:
         self._wait_ready(GOOD_VERSION)
         self.loadgen = self.supervisor.start(
             "loadgen",
-            self._python(
-                "-m",
-                "demoshop.loadgen",
-                "--rate",
-                str(self.options.rate),
-                "--url",
-                f"http://{ports.HOST}:{self.plan.shop_sync}",
-                "--url",
-                f"http://{ports.HOST}:{self.plan.shop_gthread}",
-            ),
-            {"PYTHONPATH": str(DEMO_DIR)},
+            commands.loadgen_argv(self.plan, self.options.rate),
+            {"PYTHONPATH": str(commands.DEMO_DIR)},
             cwd=REPO,
         )
-
-    def _expected_workers(self) -> int:
-        return SYNC_WORKERS + GTHREAD_WORKERS + 1
 
     def _wait_ready(self, version: str) -> None:
         assert self.plan is not None
@@ -240,8 +161,8 @@ class Demo:
                 f"http://{ports.HOST}:{self.plan.collector_health}/healthz"
             ),
             "web UI": lambda: ports.answers(f"http://{ports.HOST}:{self.plan.web_ui}/healthz"),
-            f"{self._expected_workers()} samplers at {version}": lambda: (
-                self._count_version(version) >= self._expected_workers()
+            f"{commands.expected_workers()} samplers at {version}": lambda: (
+                self._count_version(version) >= commands.expected_workers()
             ),
         }
         deadline = time.monotonic() + READY_TIMEOUT
@@ -271,35 +192,12 @@ class Demo:
     def scan(self) -> None:
         """Asks every sampler port who answers there, and records the workers in fleet.json."""
         assert self.plan is not None
-        now = time.time()
-        for port in self.plan.samplers:
-            info = ports.get_json(f"http://{ports.HOST}:{port}/info", timeout=1.0)
-            if not info or "instance" not in info:
-                continue
-            instance = info["instance"]
-            record = self.workers.setdefault(
-                instance["id"],
-                {
-                    "instance": instance["id"],
-                    "pid": instance["pid"],
-                    "port": port,
-                    "service": info["labels"].get("service"),
-                    "version": info["labels"].get("version"),
-                    "pool": info["labels"].get("pool"),
-                    "parent_pid": procs.parent_pid(instance["pid"]),
-                    "first_seen": now,
-                },
-            )
-            record["last_seen"] = now
-            record["preforked"] = record["parent_pid"] in self.masters
+        workers.scan(self.plan, self.masters, self.workers)
         self.write_state()
 
     def _count_version(self, version: str) -> int:
         self.scan()
-        fresh = time.time() - 5
-        return sum(
-            1 for w in self.workers.values() if w["version"] == version and w["last_seen"] >= fresh
-        )
+        return len(workers.live(self.workers, version))
 
     def write_state(self, **extra: Any) -> None:
         """Writes var/demo/fleet.json: ports, processes and every worker seen (for people and tests)."""
@@ -355,12 +253,7 @@ class Demo:
         """The sampler port of a sync worker of ``version`` that answered the last scan."""
         assert self.plan is not None
         self.scan()
-        fresh = time.time() - 5
-        live = [
-            w
-            for w in self.workers.values()
-            if w["pool"] == "sync" and w["version"] == version and w["last_seen"] >= fresh
-        ]
+        live = workers.live(self.workers, version, pool="sync")
         return min(w["port"] for w in live) if live else self.plan.samplers[0]
 
     # -- run and stop ------------------------------------------------------------------------
@@ -368,36 +261,15 @@ class Demo:
     def banner(self) -> str:
         """The URLs and curl commands printed once everything answers."""
         assert self.plan is not None
-        urls = self.urls()
-        port = self._live_worker_port(self.version)
-        deploy = self.options.deploy_after
-        ui = urls["web_ui"].rstrip("/")
-        lines = [
-            "",
-            f"fleetflame demo is running on 127.0.0.1 (run {self.run_id}, files in {self.var})",
-            f"  web UI        {urls['web_ui']}",
-            f"  compare       {ui}/compare?service={SHOP_SERVICE}&from=-15m"
-            f"&a_label=version:{GOOD_VERSION}&b_label=version:{REGRESSED_VERSION}"
-            + (f"   (1.4.2 deploys in {deploy:.0f} s)" if deploy >= 0 else ""),
-            f"  worst cases   {ui}/worst?service={SHOP_SERVICE}&from=-15m   "
-            "(stalls, each route's latency, the slowest requests)",
-            f"  shop          {urls['shop_sync']} ({SYNC_WORKERS} sync workers), "
-            f"{urls['shop_gthread']} (gthread: {GTHREAD_WORKERS} workers x {GTHREAD_THREADS} threads)",
-            f"  collector     {urls['collector_health']}",
-            f"  samplers      127.0.0.1:{self.plan.sampler_range} (each worker on its own port; "
-            f"{self.var / 'fleet.json'} lists them)",
-            "",
-            "try (a worker's port changes when the demo deploys 1.4.2; it prints the new one):",
-            f"  curl http://127.0.0.1:{port}/stacks                       # a worker's folded stacks",
-            f"  curl -o worker.svg http://127.0.0.1:{port}/flamegraph.svg  # a worker's flamegraph",
-            f"  curl '{ui}/api/folded?service={SHOP_SERVICE}&from=-5m'   # the fleet, last 5 minutes",
-            "",
-            "Ctrl-C stops everything."
-            if not self.options.duration
-            else f"stopping by itself after {self.options.duration:g} s.",
-            "",
-        ]
-        return "\n".join(lines)
+        return banner.text(
+            urls=self.urls(),
+            run_id=self.run_id,
+            var=self.var,
+            sampler_range=self.plan.sampler_range,
+            worker_port=self._live_worker_port(self.version),
+            deploy_after=self.options.deploy_after,
+            duration=self.options.duration,
+        )
 
     def loop(self) -> None:
         """Refreshes fleet.json and deploys 1.4.2 on time, until Ctrl-C or --duration."""
