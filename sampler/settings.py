@@ -26,6 +26,7 @@ __all__ = [
     "boolean",
     "declare",
     "integer",
+    "is_loopback",
     "labels",
     "listen_address",
     "markdown_table",
@@ -124,7 +125,6 @@ def integer(value: str) -> int:
         raise ValueError(f"{value!r} is not a valid int") from None
 
 
-@_kind("port")
 def is_loopback(host: str) -> bool:
     """Whether ``host`` (a name or an address, IPv6 in brackets or not) is only this host's:
     ``localhost``, 127.0.0.0/8 or ::1. Binding to any other exposes what is served."""
@@ -138,6 +138,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+@_kind("port")
 def port(value: str) -> int:
     """A TCP port: 0 (any free one) to 65535."""
     number: int = integer(value)
