@@ -119,6 +119,7 @@ class StallWatcher:
         self._wrapped: dict[tuple[str, str, str], Any] = {}
         self._modules_seen = 0
         self._watch_wait: WatchWait | None = None
+        self._watch_wake: Callable[[], None] | None = None
         self._clock_offset = time.time() - time.monotonic()
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -129,7 +130,7 @@ class StallWatcher:
         if self._sampler.engine.name == "native":
             from . import _native
 
-            self._watch_wait = _native.watch_wait
+            self._watch_wait, self._watch_wake = _native.watch_wait, _native.watch_wake
         self._thread = threading.Thread(target=self._run, name="fleetflame-stalls", daemon=True)
         self._thread.start()
 
@@ -141,6 +142,7 @@ class StallWatcher:
     def stop(self) -> None:
         """Stops watching (the stalls seen stay readable)."""
         self._stopping.set()  # the thread first: it must not wrap again after the unwrap
+        self._wake()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
         self._unwrap_all()
@@ -183,6 +185,12 @@ class StallWatcher:
         stall = Stall(kind, ident, self._clock_offset + started, elapsed)
         stall.what = what
         self._pending.append((stall, started, started + elapsed))
+        self._wake()
+
+    def _wake(self) -> None:
+        # The native loop sleeps up to a second with large thresholds: it has work now.
+        if self._watch_wake is not None:
+            self._watch_wake()
 
     def limit(self, kind: str) -> float:
         """The threshold of a kind of call."""
@@ -215,8 +223,8 @@ class StallWatcher:
                 return
 
     def _wait(self) -> tuple[dict[int, Any], float, int | None, float | None, int, float]:
-        """Sleeps a period without the GIL, or several while none brings work (the native
-        engine's loop, in C); returns the threads before the last sleep, how long getting the
+        """Sleeps a period without the GIL (the native engine's loop, in C: as long as the
+        calls running allow, again and again while no wake brings work); returns the threads before the last sleep, how long getting the
         GIL back took, who held it, its seconds on a CPU and the GIL's handoffs meanwhile (the
         native engine reads them), and the monotonic clock then."""
         if self._watch_wait is not None:

@@ -192,9 +192,15 @@ void gil_watch_release(gil_watch *watch)
 
 enum { ALARM_NONE, ALARM_AWAKE, ALARM_ASLEEP };
 static sem_t alarm_sem;
-static atomic_int alarm_state;  /* ALARM_NONE until the semaphore exists */
-static _Atomic uint64_t alarm_ns; /* when a tick first saw the hold it woke the watcher for */
+static atomic_int alarm_state; /* ALARM_NONE until the semaphore exists */
+/* What the first tick of a sleep saw: when (0: nothing yet), who held the GIL, its switches. */
+static _Atomic uint64_t alarm_ns;
+static _Atomic uintptr_t alarm_holder;
+static _Atomic unsigned long alarm_switches;
+static _Atomic uint64_t alarm_cpu; /* the holder's CPU clock at that tick (0: not read) */
 static pthread_once_t alarm_once = PTHREAD_ONCE_INIT;
+
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "the signal handler needs lock-free 64-bit atomics");
 
 static void alarm_init(void)
 {
@@ -216,7 +222,20 @@ void gil_alarm_tick(PyThreadState *tstate)
     }
     uint64_t none = 0;
     if (atomic_compare_exchange_strong(&alarm_ns, &none, monotonic_ns())) {
+        struct timespec cpu; /* the handler runs on the holder: its own clock */
+        int read = clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0;
+        atomic_store(&alarm_cpu, read ? (uint64_t)cpu.tv_sec * 1000000000u + (uint64_t)cpu.tv_nsec
+                                      : 0);
+        atomic_store(&alarm_holder, (uintptr_t)tstate);
+        atomic_store(&alarm_switches, switches());
         sem_post(&alarm_sem); /* async-signal-safe */
+    }
+}
+
+void gil_alarm_wake(void)
+{
+    if (atomic_load(&alarm_state) != ALARM_NONE) {
+        sem_post(&alarm_sem);
     }
 }
 
@@ -227,27 +246,53 @@ static void sleep_through(double seconds)
     }
 }
 
-uint64_t gil_alarm_sleep(double seconds)
+/* The semaphore's wait up to ``seconds`` from now: on the monotonic clock where glibc has
+ * sem_clockwait (2.30 on), else on the real-time clock (a clock step moves the wake). */
+static void wait_posted(double seconds)
 {
-    pthread_once(&alarm_once, alarm_init);
-    if (atomic_load(&alarm_state) == ALARM_NONE) {
-        sleep_through(seconds);
-        return 0;
-    }
     struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 30))
+    clockid_t clock = CLOCK_MONOTONIC;
+#else
+    clockid_t clock = CLOCK_REALTIME;
+#endif
+    clock_gettime(clock, &until);
     until.tv_sec += (time_t)seconds;
     until.tv_nsec += (long)((seconds - (double)(time_t)seconds) * 1e9);
     if (until.tv_nsec >= 1000000000L) {
         until.tv_sec += 1;
         until.tv_nsec -= 1000000000L;
     }
-    while (sem_trywait(&alarm_sem) == 0) { /* posted for a hold seen while it was awake */
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 30))
+    while (sem_clockwait(&alarm_sem, clock, &until) != 0 && errno == EINTR) {
     }
+#else
+    while (sem_timedwait(&alarm_sem, &until) != 0 && errno == EINTR) {
+    }
+#endif
+}
+
+void gil_alarm_sleep(double seconds, gil_alarm *seen)
+{
+    memset(seen, 0, sizeof(*seen));
+    pthread_once(&alarm_once, alarm_init);
+    if (atomic_load(&alarm_state) == ALARM_NONE) {
+        sleep_through(seconds);
+        return;
+    }
+    /* A post left from before (a hold seen while it was awake, a late tick, a wake asked
+     * for) only ends this sleep early: what it saw is told apart by its time. */
     atomic_store(&alarm_ns, 0);
+    atomic_store(&alarm_holder, 0);
+    uint64_t slept_from = monotonic_ns();
     atomic_store_explicit(&alarm_state, ALARM_ASLEEP, memory_order_release);
-    while (sem_clockwait(&alarm_sem, CLOCK_MONOTONIC, &until) != 0 && errno == EINTR) {
-    }
+    wait_posted(seconds);
     atomic_store(&alarm_state, ALARM_AWAKE);
-    return atomic_exchange(&alarm_ns, 0);
+    uint64_t at = atomic_exchange(&alarm_ns, 0);
+    if (at >= slept_from) { /* not a tick that read the state before, and the clock after */
+        seen->at = at;
+        seen->holder = (void *)atomic_load(&alarm_holder);
+        seen->switches = atomic_load(&alarm_switches);
+        seen->cpu = atomic_load(&alarm_cpu);
+    }
 }

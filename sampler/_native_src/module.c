@@ -260,6 +260,14 @@ static PyObject *native_tracer_pid(PyObject *module, PyObject *unused)
  * read: it has ended), and how many times the GIL passed to yet another thread meanwhile.
  * ``own``: idents of the sampler's threads, which are let pass the GIL on before it is asked
  * for (see gil_watch_pass_own). */
+static PyObject *native_watch_wake(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    gil_alarm_wake();
+    Py_RETURN_NONE;
+}
+
 static PyObject *native_gil_wait(PyObject *module, PyObject *args)
 {
     (void)module;
@@ -817,6 +825,8 @@ static PyMethodDef methods[] = {
      "it back took, the ident of the thread that held it, past threshold its seconds on a CPU "
      "meanwhile, and how many times the GIL passed to another thread. A thread of the set own "
      "(the sampler's) is let pass the GIL on before it is asked for."},
+    {"watch_wake", native_watch_wake, METH_NOARGS,
+     "watch_wake(): ends the stall watcher's sleep now (it is stopping, or a stall waits)."},
     {"watch_wait", (PyCFunction)(void (*)(void))native_watch_wait, METH_FASTCALL,
      "watch_wait(watcher, active, modules): gil_wait again and again until the stall watcher "
      "has work, or a second has passed; returns (threads, waited, holder, on_cpu, handoffs, "

@@ -262,9 +262,19 @@ void gil_watch_release(gil_watch *watch);
  * holds the GIL while another has asked for it a switch interval ago, and the watcher sleeps,
  * wakes the watcher. */
 void gil_alarm_tick(PyThreadState *tstate);
-/* Sleeps up to ``seconds`` (without the GIL; a tick that sees a hold ends it): returns when
- * that tick saw it (monotonic ns), or 0. */
-uint64_t gil_alarm_sleep(double seconds);
+/* What a tick saw: when (monotonic ns; 0: nothing), the GIL's holder, its switch count, and
+ * the holder's CPU clock (0: not read). */
+typedef struct {
+    uint64_t at;
+    void *holder;
+    unsigned long switches;
+    uint64_t cpu;
+} gil_alarm;
+/* Sleeps up to ``seconds`` (without the GIL); a tick that sees a hold, or gil_alarm_wake,
+ * ends it. ``seen`` is what that tick saw, if one did during this sleep. */
+void gil_alarm_sleep(double seconds, gil_alarm *seen);
+/* Ends the watcher's sleep now (its stopping, a stall reported). */
+void gil_alarm_wake(void);
 /* Sleeps ``seconds`` without the GIL and takes it back, watching who held it; returns how long
  * taking it back took (watch.c). The caller releases ``watch``. */
 double gil_wait_once(double seconds, double threshold, gil_watch *watch, PyObject *own);

@@ -24,14 +24,20 @@ double gil_wait_once(double seconds, double threshold, gil_watch *watch, PyObjec
     gil_watch_begin(watch, own);
     uint64_t from;
     Py_BEGIN_ALLOW_THREADS
-    uint64_t seen = gil_alarm_sleep(seconds);
+    gil_alarm seen;
+    gil_alarm_sleep(seconds, &seen);
     uint64_t woke = monotonic_ns();
     gil_watch_woke(watch);
     from = gil_watch_pass_own(watch, woke);
-    /* Woken by a tick that saw the hold: the wait counts from that tick (not when the sampler's
-     * own thread held the GIL as the watcher woke: then from when another took it). */
-    if (seen != 0 && seen < woke && from == woke) {
-        from = seen;
+    /* Woken by a tick that saw this hold: the wait counts from that tick. Not if the GIL
+     * changed hands since (the tick's hold is over, or the sampler's own thread held it as the
+     * watcher woke: then from when another took it). */
+    if (seen.at != 0 && seen.at < woke && from == woke && watch->holder != NULL &&
+        watch->holder->state == seen.holder && watch->switches == seen.switches) {
+        from = seen.at;
+        if (watch->cpu_known && seen.cpu != 0 && seen.cpu <= watch->cpu_before) {
+            watch->cpu_before = seen.cpu; /* its time on a CPU over the same wait */
+        }
     }
     Py_END_ALLOW_THREADS
     uint64_t took = monotonic_ns() - from;
@@ -210,18 +216,25 @@ static int first_reading_time(const watched *w, double now, double longest, doub
 /* How long the watcher sleeps from ``now``: a period while a call is being read; else until
  * the first running call is to be read, and with none, the smallest limit less the lead (a
  * call that starts just after the sleep starts is then seen before it is to be read), but
- * never less than a period unless a call is to be read sooner. A wake found nothing to do
- * ~40 times a second with a 25 ms period; ~22 with 45 ms sleeps, and waking is most of the
- * watcher's cost. -1 with an exception set. */
-static int sleep_for(const watched *w, double now, double *sleep)
+ * never less than a period unless a call is to be read sooner, nor longer than ``quiet_left``
+ * (Python's loop runs at least once a second, whatever the thresholds). A wake found nothing
+ * to do ~40 times a second with a 25 ms period; ~22 with 45 ms sleeps, and waking is most of
+ * the watcher's cost. -1 with an exception set. */
+static int sleep_for(const watched *w, double now, double quiet_left, double *sleep)
 {
     double limit = w->threshold < w->request_threshold ? w->threshold : w->request_threshold;
     double longest = limit - lead(w) > w->period ? limit - lead(w) : w->period;
+    if (!(longest <= quiet_left)) { /* large or infinite thresholds: Python's loop runs */
+        longest = quiet_left;
+    }
     double first;
     if (first_reading_time(w, now, longest, &first) < 0) {
         return -1;
     }
-    *sleep = first <= 0 ? w->period : first < SHORTEST_SLEEP ? SHORTEST_SLEEP : first;
+    *sleep = first <= 0 ? w->period : first;
+    if (!(*sleep >= SHORTEST_SLEEP)) {
+        *sleep = SHORTEST_SLEEP;
+    }
     return 0;
 }
 
@@ -306,7 +319,9 @@ PyObject *native_watch_wait(PyObject *module, PyObject *const *args, Py_ssize_t 
             return NULL;
         }
         double sleep;
-        if (sleep_for(&w, (double)monotonic_ns() / 1e9, &sleep) < 0) {
+        uint64_t before = monotonic_ns();
+        double quiet_left = before < quiet_until ? (double)(quiet_until - before) / 1e9 : 0;
+        if (sleep_for(&w, (double)before / 1e9, quiet_left, &sleep) < 0) {
             Py_DECREF(threads);
             release_watched(&w);
             return NULL;

@@ -138,7 +138,6 @@ def test_the_gil_held_by_a_thread_using_no_cpu_is_a_stall_of_that_thread():
     assert 0.1 <= stall["duration"] <= 0.25
 
 
-@pytest.mark.skipif(NATIVE_UNAVAILABLE is not None, reason="the native engine counts handoffs")
 @pytest.mark.skipif(NATIVE_UNAVAILABLE is not None, reason="the native engine's ticks look")
 def test_a_hold_another_thread_waits_through_is_found_by_the_holders_own_ticks():
     # The watcher sleeping a second at a time, its own wakes would land in a 170 ms hold once
@@ -171,10 +170,12 @@ def test_a_hold_another_thread_waits_through_is_found_by_the_holders_own_ticks()
     found = [st for st in stalls if st["duration"] > 0.05]
     assert len(found) == 3, (stalls, held)
     for stall, truth in zip(sorted(found, key=lambda st: st["start"]), held, strict=True):
-        # From the first tick that saw a thread waiting: a switch interval and a tick late.
-        assert truth - 0.04 <= stall["duration"] <= truth * 1.2, (stall, truth)
+        # From the first tick that saw a thread waiting: a switch interval and a tick of the
+        # holder's CPU late, which a busy machine stretches (truth counts the thread's start).
+        assert 0.6 * truth <= stall["duration"] <= 1.2 * truth, (stall, truth)
 
 
+@pytest.mark.skipif(NATIVE_UNAVAILABLE is not None, reason="the native engine counts handoffs")
 def test_threads_taking_turns_with_the_gil_are_contention_not_a_thread_that_did_not_run():
     # Eight threads running Python pass the GIL around every 5 ms: the watcher can wait past
     # the threshold while each holder ran only its turn. That is contention (each stall's
@@ -277,6 +278,35 @@ def test_stall_settings_come_from_the_environment_and_stalls_can_be_off(monkeypa
         answer.value.close()
     finally:
         sampler.stop()
+
+
+@pytest.mark.skipif(NATIVE_UNAVAILABLE is not None, reason="the native loop's long sleeps")
+def test_with_long_thresholds_a_stall_is_served_and_stopping_is_prompt(monkeypatch):
+    # The native loop sleeps up to a second when the thresholds allow: a stall reported, or
+    # stopping, wakes it (a reader waits ten periods for a pending stall; stop() joins it).
+    monkeypatch.setenv("FLEETFLAME_STALL_THRESHOLD", "3")
+    monkeypatch.setenv("FLEETFLAME_REQUEST_STALL_THRESHOLD", "3")
+    s = sampler.start(port="none")
+    try:
+        time.sleep(0.1)  # the watcher asleep, for up to a second
+        s.stalls.threshold = 0.05  # the loop reads it once its sleep is over; the call now
+
+        async def blocking():
+            time.sleep(0.1)
+
+        asyncio.run(blocking())
+        (stall,) = stalls_of(s, "event-loop")
+        assert stall["duration"] >= 0.1
+    finally:
+        sampler.stop()
+    s = sampler.start(port="none")
+    try:
+        time.sleep(0.1)
+    finally:
+        started = time.monotonic()
+        sampler.stop()
+        stopping = time.monotonic() - started
+    assert stopping < 0.5, stopping
 
 
 @pytest.mark.parallel

@@ -3,6 +3,7 @@ work, and returns as soon as one does."""
 
 import collections
 import ctypes
+import math
 import subprocess
 import sys
 import threading
@@ -80,7 +81,7 @@ def test_it_returns_at_the_first_wake_after_work_appears(plant):
 
 def test_a_call_returns_it_only_once_near_its_kinds_limit():
     watched = Watched()
-    # A request is read from its limit less a period on; a loop callback would be at once.
+    # A request is read from its limit less the lead on; a loop callback would be at once.
     watched._running[1] = ("request", time.monotonic())
     elapsed, _ = watched.wait()
     assert REQUEST_THRESHOLD - PERIOD <= elapsed < REQUEST_THRESHOLD + 0.3
@@ -110,6 +111,39 @@ def test_with_no_call_near_its_limit_it_sleeps_longer_than_a_period():
     thread.start()
     thread.join()
     assert switches[0] < 55, switches
+
+
+@pytest.mark.parametrize("threshold", [math.inf, 8.0])
+def test_thresholds_past_a_second_still_return_once_a_second_without_spinning(threshold):
+    # The sleep follows the thresholds: an infinite one once made a sleep of no length (a
+    # core spent), a long one a sleep past the loop's second of housekeeping.
+    watched = Watched()
+    watched.threshold = watched.request_threshold = threshold
+    cpu = []
+
+    def wait():
+        started = time.thread_time()
+        cpu.append((watched.wait()[0], time.thread_time() - started))
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    thread.join()
+    elapsed, used = cpu[0]
+    assert 0.95 <= elapsed < 2.5, elapsed
+    assert used < 0.2, used
+
+
+def test_a_wake_asked_for_ends_its_sleep():
+    from sampler import _native
+
+    watched = Watched()
+    watched.threshold = watched.request_threshold = 8.0
+    timer = later(0.2, lambda: (watched._stopping.set(), _native.watch_wake()))
+    try:
+        elapsed, _ = watched.wait()
+    finally:
+        timer.cancel()
+    assert 0.2 <= elapsed < 0.5, elapsed
 
 
 def test_a_call_is_returned_a_lead_before_its_limit_not_a_period():
