@@ -325,6 +325,7 @@ def start_server(
     With ``in_child`` (a forked child) and a single port, which the parent holds, it serves
     on the next free port of the ``CHILD_PORT_TRIES`` above it, and logs which.
     """
+    host = host.removeprefix("[").removesuffix("]")  # an IPv6 address as a URL writes it
     excluded: set[int] = sampler._excluded
     app = SamplerApp(sampler, token, own_threads=excluded)
     low, high = ports

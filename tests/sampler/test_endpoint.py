@@ -207,6 +207,17 @@ def test_binding_beyond_loopback_requires_a_token():
     assert sampler.running() is None
 
 
+@pytest.mark.parametrize("host", ["::1", "[::1]"])
+def test_ipv6_loopback_serves_without_a_token_written_either_way(host):
+    # Loopback needs no token, and "[::1]", as a URL writes it, once failed to bind.
+    s = sampler.start(port=0, host=host)
+    try:
+        assert s.url.startswith("http://[::1]:")
+        assert get_json(s.url + "/info")["instance"]["id"] == s.instance["id"]
+    finally:
+        sampler.stop()
+
+
 @pytest.mark.parallel
 @pytest.mark.parametrize(
     "host, loopback",
