@@ -15,7 +15,7 @@ handles are not seen). The wrappers share one code object, which the engines lea
 walk, so no profile shows them. The watcher reads the stack of every thread whose call is
 within its lead of its threshold or past it, then at every period while it runs (``wall``
 samples: a thread blocked in a system call uses no CPU, so only these show where it waits), so
-a stall has at least one. The Python loop wakes every period (25 ms), its lead a period; the
+a stall usually has one. The Python loop wakes every period (25 ms), its lead a period; the
 native loop sleeps until a call is 5 ms from its threshold, at most the smallest threshold less
 5 ms, and the engine's ticks wake it for a GIL hold another thread waits through (watch.c,
 gil.c; bench/bench_watcher.py measures its cost). When a stall ends, the engine's
@@ -258,8 +258,8 @@ class StallWatcher:
 
     def _read_stalled(self, now: float) -> None:
         """Reads the stack of every thread whose call could still turn into a stall before the
-        next look (it has run its threshold less the lead): a call that stalls has been read at
-        least once, however short past its threshold it ends."""
+        next look (it has run its threshold less the lead): a call that stalls is read at least
+        once unless it ends within moments of its threshold."""
         lead = self.lead
         watched = [
             (ident, started)
