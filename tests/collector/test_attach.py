@@ -179,6 +179,14 @@ def test_pid_that_exits_ends_attach_with_a_clear_message(tmp_path):
     assert f"process {proc.pid} is gone" in result.stderr
 
 
+@pytest.mark.parametrize("host", ["0.0.0.0", "127.evil.example"])
+def test_serving_beyond_loopback_without_a_token_is_refused(host, capsys):
+    from attach.cli import main
+
+    assert main(["--pid", str(os.getpid()), "--host", host, "--py-spy", PY_SPY]) == 2
+    assert "beyond localhost needs --token" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("labels", ["team", "=web", "zone=a,,region"])
 def test_labels_that_are_not_key_value_pairs_are_refused(labels, capsys):
     # They were dropped in silence; the sampler's FLEETFLAME_LABELS refuses them.
