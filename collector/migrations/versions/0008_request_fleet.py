@@ -7,7 +7,7 @@ Create Date: 2026-11-25
 
 request_fleet is what /api/requests reads when no host or instance is asked for: a window's
 whole days by the day, and so on down to the minutes of its edges, so a month of a fleet is a
-few thousand rows, not millions (collector/worst.py writes it with request_buckets). Filled
+few thousand rows, not millions (collector/worst_rows.py writes it with request_buckets). Filled
 here from the minute rows kept.
 """
 

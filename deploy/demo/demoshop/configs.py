@@ -19,7 +19,8 @@ def _toml_str(value: str) -> str:
     return json.dumps(value)
 
 
-def _write(path: Path, text: str) -> Path:
+def write_atomically(path: Path, text: str) -> Path:
+    """Writes ``text`` to ``path`` through a rename: a reader sees the old file or the new."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
@@ -40,7 +41,7 @@ findings_interval = 10.0
 worst_interval = 10.0
 web_url = {_toml_str(f"http://{ports.HOST}:{plan.web_ui}")}
 """
-    return _write(var / "collector.toml", text)
+    return write_atomically(var / "collector.toml", text)
 
 
 def write_web_config(var: Path) -> Path:
@@ -51,4 +52,4 @@ database_url = {_toml_str(database_url(var))}
 title = "fleetflame demo"
 index_dir = {_toml_str(str(var / "index"))}
 """
-    return _write(var / "webui.toml", text)
+    return write_atomically(var / "webui.toml", text)

@@ -48,12 +48,6 @@ class DemoError(RuntimeError):
     """The demo cannot start or run; the message says what to do."""
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 class Demo:
     """One run of the demo: its ports, its processes and the fleet it has seen."""
 
@@ -89,7 +83,7 @@ class Demo:
                 old_run = json.loads(previous.read_text())["run_id"]
                 if left := procs.kill_leftovers(old_run):
                     print(f"ended {len(left)} processes left over by an interrupted demo run")
-        _atomic_write(previous, json.dumps({"run_id": self.run_id, "pid": os.getpid()}))
+        configs.write_atomically(previous, json.dumps({"run_id": self.run_id, "pid": os.getpid()}))
         if self.options.fresh:
             for name in ("fleetflame.db", "shop.db", "fleet.json"):
                 for suffix in ("", "-wal", "-shm", "-journal"):
@@ -214,7 +208,7 @@ class Demo:
             "workers": list(self.workers.values()),
             **extra,
         }
-        _atomic_write(self.var / "fleet.json", json.dumps(state, indent=2))
+        configs.write_atomically(self.var / "fleet.json", json.dumps(state, indent=2))
 
     def urls(self) -> dict[str, str]:
         assert self.plan is not None
