@@ -9,7 +9,6 @@
  */
 #include "native.h"
 
-#include <errno.h>
 #include <string.h>
 #include <time.h>
 
