@@ -11,7 +11,9 @@ import sqlalchemy as sa
 from collector.store import schema
 from collector.store.errors import StoreError, StoreUnavailable
 
-__all__ = ["Engine", "EngineOptions", "for_url", "translate_errors"]
+__all__ = ["Engine", "EngineOptions", "SampleKeys", "for_url", "translate_errors"]
+
+SampleKeys = Sequence[tuple[int, int, int]]  # sample rows' (bucket, series id, stack id)
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ class Engine:
         self,
         conn: sa.Connection,
         width: int,
-        keys: Sequence[tuple[int, int, int]],
+        keys: SampleKeys,
         counts: Sequence[int],
         *,
         new: bool = False,
@@ -109,6 +111,13 @@ class Engine:
         """Adds rows of (bucket, series, stack) keys and counts to tier `width`, summing counts
         on conflict;
         ``new``: they are probably not stored yet (an engine may insert them faster)."""
+        if keys:
+            self._add_samples(conn, width, keys, counts, new)
+
+    def _add_samples(
+        self, conn: sa.Connection, width: int, keys: SampleKeys, counts: Sequence[int], new: bool
+    ) -> None:
+        """add_samples() for one or more rows, the engine's way."""
         raise NotImplementedError
 
     def dialect_insert(self, table: sa.Table):  # type: ignore[no-untyped-def]

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from collector.store.engines.base import Engine, EngineOptions
+from collector.store.engines.base import Engine, EngineOptions, SampleKeys
 from sampler.profile import align_down
 
 __all__ = ["PostgreSQLEngine", "partition_span"]
@@ -79,26 +79,16 @@ class PostgreSQLEngine(Engine):
             with conn.begin():
                 yield conn
 
-    def dialect_insert(self, table: sa.Table):  # type: ignore[no-untyped-def]
-        """Returns PostgreSQL's INSERT construct."""
-        return pg_insert(table)
+    dialect_insert = staticmethod(pg_insert)
 
-    def add_samples(
-        self,
-        conn: sa.Connection,
-        width: int,
-        keys: Sequence[tuple[int, int, int]],
-        counts: Sequence[int],
-        *,
-        new: bool = False,
+    def _add_samples(
+        self, conn: sa.Connection, width: int, keys: SampleKeys, counts: Sequence[int], new: bool
     ) -> None:
         """Adds rows with one INSERT ... SELECT FROM unnest(arrays) ON CONFLICT DO UPDATE.
 
         ``new`` says the rows are probably not stored yet (their bucket is new to this
         writer): they are inserted without ON CONFLICT, about twice as fast, and upserted
         after all if one of them was (another writer's, or a retried write's)."""
-        if not keys:
-            return
         buckets, series, stacks = (_int_array(column) for column in zip(*keys, strict=True))
         arrays = {"width": width, "buckets": buckets, "series": series, "stacks": stacks}
         arrays["counts"] = _int_array(counts)

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from collector.store import schema
-from collector.store.engines.base import Engine, EngineOptions
+from collector.store.engines.base import Engine, EngineOptions, SampleKeys
 
 __all__ = ["SQLiteEngine", "sqlite_path"]
 
@@ -113,23 +113,14 @@ class SQLiteEngine(Engine):
         finally:
             raw.close()
 
-    def dialect_insert(self, table: sa.Table):  # type: ignore[no-untyped-def]
-        """Returns SQLite's INSERT construct."""
-        return sqlite_insert(table)
+    dialect_insert = staticmethod(sqlite_insert)
 
-    def add_samples(
-        self,
-        conn: sa.Connection,
-        width: int,
-        keys: Sequence[tuple[int, int, int]],
-        counts: Sequence[int],
-        *,
-        new: bool = False,
+    def _add_samples(
+        self, conn: sa.Connection, width: int, keys: SampleKeys, counts: Sequence[int], new: bool
     ) -> None:
         """Adds rows with one executemany of an upsert."""
-        if keys:
-            rows = [(width, b, s, k, c) for (b, s, k), c in zip(keys, counts, strict=True)]
-            conn.exec_driver_sql(_ADD_SAMPLES, rows)
+        rows = [(width, b, s, k, c) for (b, s, k), c in zip(keys, counts, strict=True)]
+        conn.exec_driver_sql(_ADD_SAMPLES, rows)
 
     def stack_texts(self, conn: sa.Connection, ids: Sequence[int]) -> list[tuple[int, str]]:
         """Reads the (id, folded text) of stacks with one query; ids not stored are left out."""
