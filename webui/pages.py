@@ -79,6 +79,8 @@ def healthz() -> tuple[Response, int]:
         database = db.get_db()
         database.query.resolution(0, 1)
     except StoreError as exc:
+        # Open to anyone (see webui/auth.py): the cause, which may name the database's host
+        # and user, goes to the log only.
         current_app.logger.warning("health check: %s", exc)
-        return jsonify(status="unavailable", error=str(exc)), 503
+        return jsonify(status="unavailable", error="the database cannot be read (see the log)"), 503
     return jsonify(status="ok"), 200

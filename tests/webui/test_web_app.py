@@ -110,6 +110,17 @@ def test_unreachable_postgresql_is_503(make_app):
     assert response.status_code == 503 and "error" in response.get_json()
 
 
+def test_the_open_health_check_names_no_database_host_or_user(make_app, caplog):
+    app = make_app({"DATABASE_URL": "postgresql+psycopg://secretuser@127.0.0.9:1/secretdb"})
+    response = app.test_client().get("/healthz")
+    assert response.status_code == 503
+    body = response.get_data(as_text=True)
+    assert "unavailable" in body
+    for secret in ("secretuser", "127.0.0.9", "secretdb"):
+        assert secret not in body
+    assert "127.0.0.9" in caplog.text  # the operator reads the cause in the log
+
+
 def test_pages_are_served_with_a_strict_policy(client):
     for path in ("/", "/compare"):
         page = client.get(path)
