@@ -14,13 +14,13 @@ import importlib.util
 import os
 import runpy
 import sys
-import tempfile
 import threading
 import time
 from typing import Any
 
 from . import _svg
 from ._core import Sampler, SamplerError
+from ._files import write_text_atomically
 from ._process import start, stop
 from ._settings import SETTINGS, ConfigError
 from ._stack_walk import hide_code
@@ -87,18 +87,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _write_atomically(path: str, text: str) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".fleetflame-")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 class _Periods:
     """Writes each period's samples (the difference of the cumulative counts) to a folded
     file of its own, named by the period's start so that the files sort in time."""
@@ -138,7 +126,7 @@ class _Periods:
         millis = int(self._start % 1 * 1000)
         name = f"{start}.{millis:03d}Z-p{os.getpid()}-{self._sequence:06d}.folded"
         try:
-            _write_atomically(
+            write_text_atomically(
                 os.path.join(self._folder, name), format_folded(subtract(counts, self._last))
             )
         except OSError as exc:
@@ -200,10 +188,10 @@ def run(argv: list[str]) -> int:
         if periods is not None:
             periods.finish()
         elif options.output:
-            _write_atomically(options.output, format_folded(counts))
+            write_text_atomically(options.output, format_folded(counts))
         if options.svg:
             title = f"{sampler.labels['service']} ({sampler.mode})"
-            _write_atomically(
+            write_text_atomically(
                 options.svg,
                 _svg.render(counts, title=title, unit_seconds=sampler.interval, mode=sampler.mode),
             )

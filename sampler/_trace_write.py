@@ -179,10 +179,10 @@ def write_atomically(path: str, lines: Any, metadata: Callable[[], dict[str, Any
     A path ending in ``.gz`` is written gzip-compressed (Perfetto opens it as it is).
     """
     import json
-    import tempfile
 
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".fleetflame-trace-")
+    from ._files import temporary_beside
+
+    fd, tmp = temporary_beside(path, ".fleetflame-trace-")
     try:
         with os.fdopen(fd, "wb") as raw:
             if path.endswith(".gz"):
