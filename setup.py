@@ -51,7 +51,8 @@ def native_extensions() -> list[Extension]:
         "counting",
         "watch",
         "asgi",
-        "functions",
+        "function_numbers",
+        "function_files",
     ]
     return [
         Extension(

@@ -177,7 +177,7 @@ int middleware_add_types(PyObject *module);
 
 PyObject *native_count_requests(PyObject *module, PyObject *args);
 
-/* -- the web UI's function index (functions.c) ----------------------------------------- */
+/* -- the web UI's function index (function_numbers.c, function_files.c) ---------------- */
 
 PyObject *native_number_functions(PyObject *module, PyObject *args);
 PyObject *native_file_functions(PyObject *module, PyObject *args);
