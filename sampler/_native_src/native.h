@@ -188,7 +188,7 @@ PyObject *native_asgi_request_start(PyObject *module, PyObject *headers);
 PyObject *native_asgi_mark(PyObject *module, PyObject *marks);
 int asgi_add_types(PyObject *module);
 
-/* -- threads: timers and the wall thread (threads.c) ------------------------------------- */
+/* -- threads (thread_slots.c, thread_timers.c, wall.c, known_threads.c) ------------------- */
 
 int threads_init(void);
 void threads_after_fork(void);
