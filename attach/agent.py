@@ -26,6 +26,7 @@ from attach.pyspy import (
     AttachError,
     convert_raw,
     find_process,
+    main_files_of,
     permission_help,
     process_start_time,
 )
@@ -70,6 +71,7 @@ class Attacher:
         self._extra_labels = dict(labels or {})
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}
+        self._main_files: frozenset[str] = frozenset()  # py-spy's names of __main__'s file
         self._stop = threading.Event()
         self._child: subprocess.Popen[bytes] | None = None
         self.error: AttachError | None = None
@@ -87,8 +89,10 @@ class Attacher:
             comm = Path(f"/proc/{pid}/comm").read_text().strip()
         except OSError:
             comm = f"pid{pid}"
+        main_files = main_files_of(pid)
         with self._lock:
             self.pid = pid
+            self._main_files = main_files
             self._counts = {}
             self.instance = {
                 "id": secrets.token_hex(8),
@@ -160,7 +164,7 @@ class Attacher:
                 text = Path(output).read_text(encoding="utf-8", errors="replace")
             except FileNotFoundError:
                 text = ""  # no samples at all in this window (an idle process)
-        counts = convert_raw(text)
+        counts = convert_raw(text, self._main_files)
         with self._lock:
             for stack, count in counts.items():
                 self._counts[stack] = self._counts.get(stack, 0) + count

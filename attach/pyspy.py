@@ -21,6 +21,7 @@ __all__ = [
     "convert_frame",
     "convert_raw",
     "find_process",
+    "main_files_of",
     "permission_help",
     "process_start_time",
 ]
@@ -54,24 +55,81 @@ def _module_of(filename: str) -> str:
     return name or "?"
 
 
-def convert_frame(frame: str) -> str:
-    """Converts a py-spy frame ``qualname (file.py:12)`` to the wire format's ``module:qualname``."""
+def convert_frame(frame: str, main_files: frozenset[str] = frozenset()) -> str:
+    """Converts a py-spy frame ``qualname (file.py:12)`` to the wire format's ``module:qualname``;
+    frames of ``main_files`` (see main_files_of) are the ``__main__`` module's, as the sampler
+    names them."""
     match = _PYSPY_FRAME.match(frame)
     if match is None:
         return escape_frame(frame)  # "process 12:..." and native frames: kept as they are
-    return escape_frame(f"{_module_of(match['file'])}:{match['name']}")
+    module = "__main__" if match["file"] in main_files else _module_of(match["file"])
+    return escape_frame(f"{module}:{match['name']}")
 
 
-def convert_raw(text: str) -> dict[str, int]:
+def convert_raw(text: str, main_files: frozenset[str] = frozenset()) -> dict[str, int]:
     """Parses py-spy's raw (folded) output into folded counts in the wire format's frame names."""
     counts: dict[str, int] = {}
     for line in text.splitlines():
         stack, sep, count_text = line.strip().rpartition(" ")
         if not sep or not stack or not count_text.isdigit():
             continue
-        folded = ";".join(convert_frame(frame) for frame in stack.split(";"))
+        folded = ";".join(convert_frame(frame, main_files) for frame in stack.split(";"))
         counts[folded] = counts.get(folded, 0) + int(count_text)
     return counts
+
+
+# The interpreter's options that take a value (``-W error``, or ``-Werror`` joined).
+_VALUE_OPTIONS = frozenset("WX")
+_LONG_VALUE_OPTIONS = frozenset({"--check-hash-based-pycs"})
+
+
+def main_files_of(pid: int) -> frozenset[str]:
+    """Returns the names py-spy gives the file of the process's ``__main__`` module: the script
+    its command line runs, or the module of ``-m`` (py-spy names a file by its path below the
+    highest package holding it, ``app.py`` or ``pkg/mod.py``). Empty when there is none or it
+    cannot tell (``-c``, standard input, a process it cannot read)."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return frozenset()
+    words = [os.fsdecode(arg) for arg in args[1:] if arg]
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word in _LONG_VALUE_OPTIONS:
+            i += 2
+            continue
+        if word == "-" or not word.startswith("-"):
+            return _script_names(pid, word) if word != "-" else frozenset()
+        if word.startswith("--"):
+            i += 1
+            continue
+        for j, letter in enumerate(word[1:], 1):
+            value = word[j + 1 :] or (words[i + 1] if i + 1 < len(words) else "")
+            if letter == "c":
+                return frozenset()
+            if letter == "m":
+                module = value.replace(".", "/")
+                return frozenset({f"{module}.py", f"{module}/__main__.py"})
+            if letter in _VALUE_OPTIONS:
+                i += 0 if word[j + 1 :] else 1
+                break
+        i += 1
+    return frozenset()
+
+
+def _script_names(pid: int, script: str) -> frozenset[str]:
+    """py-spy's name of a script's file: its path below the highest package above it."""
+    try:
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        cwd = "/"
+    path = Path(os.path.normpath(os.path.join(cwd, script)))
+    root = Path(f"/proc/{pid}/root")  # the process's own view of files (containers)
+    top = path.parent
+    while top.parent != top and (root / top.relative_to("/") / "__init__.py").exists():
+        top = top.parent
+    return frozenset({str(path.relative_to(top))})
 
 
 def _ptrace_scope() -> str | None:

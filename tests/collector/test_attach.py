@@ -14,6 +14,7 @@ import requests
 from pollhelpers import ROOT, collector_settings, stored, wait_until
 
 from attach import Attacher, convert_raw, find_process, permission_help, serve
+from attach.pyspy import main_files_of
 from collector.service import Collector
 from sampler.profile import parse_folded, validate_document
 
@@ -37,10 +38,12 @@ legacy_main()
 
 
 @pytest.fixture
-def target_process():
+def target_process(tmp_path):
     # A marker of its own: another test's target, on the other xdist worker, must not match.
+    script = tmp_path / "legacy_billing.py"
+    script.write_text(TARGET)
     proc = subprocess.Popen(
-        [sys.executable, "-c", TARGET, f"legacy-billing-marker-{uuid.uuid4().hex}"],
+        [sys.executable, str(script), f"legacy-billing-marker-{uuid.uuid4().hex}"],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -52,6 +55,13 @@ def target_process():
     proc.stdout.close()
 
 
+def test_frames_of_the_main_file_are_the_main_modules():
+    raw = "<module> (app.py);main (app.py);helper (pkg/app.py) 3\n"
+    assert convert_raw(raw, frozenset({"app.py"})) == {
+        "__main__:<module>;__main__:main;pkg.app:helper": 3
+    }
+
+
 def test_convert_raw_frames_to_wire_names():
     raw = (
         "<module> (app.py);main (app.py);Billing.total (billing/core.py) 7\n"
@@ -61,6 +71,31 @@ def test_convert_raw_frames_to_wire_names():
         "app:<module>;app:main;billing.core:Billing.total": 7,
         "app:<module>;pkg:x;f;a b:g": 2,
     }
+
+
+def test_main_files_are_named_as_py_spy_names_them(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    sleeper = "import time\ntime.sleep(60)\n"
+    (tmp_path / "pkg" / "tool.py").write_text(sleeper)
+    (tmp_path / "script.py").write_text(sleeper)
+    cases = {
+        ("script.py", "arg"): {"script.py"},
+        ("-X", "dev", "-W", "ignore", "-B", str(tmp_path / "script.py")): {"script.py"},
+        ("pkg/tool.py",): {"pkg/tool.py"},
+        ("-Wignore", "-um", "pkg.tool", "-x"): {"pkg/tool.py", "pkg/tool/__main__.py"},
+        ("-m", "pkg.tool"): {"pkg/tool.py", "pkg/tool/__main__.py"},
+        ("-c", sleeper, "script.py"): set(),
+    }
+    processes = {args: subprocess.Popen([sys.executable, *args], cwd=tmp_path) for args in cases}
+    try:
+        for args, names in cases.items():
+            assert main_files_of(processes[args].pid) == names, args
+    finally:
+        for process in processes.values():
+            process.kill()
+            process.wait()
+    assert main_files_of(2**22 + 1) == frozenset()  # no such process
 
 
 def test_attach_serves_the_sampler_endpoints_and_the_collector_stores_it(
@@ -87,8 +122,9 @@ def test_attach_serves_the_sampler_endpoints_and_the_collector_stores_it(
         assert profile.instance_id and doc["instance"]["pid"] == target_process.pid
         stacks = requests.get(f"http://{address}/stacks", timeout=10).text
         counts = parse_folded(stacks)
-        assert any("__main__:legacy_main" in s or ":legacy_main" in s for s in counts)
-        assert any(s.endswith("Billing.total") or "Billing.total" in s for s in counts)
+        # The script's frames are __main__'s, as the sampler names them (py-spy: its file).
+        assert any(s.endswith("__main__:<module>;__main__:legacy_main") for s in counts)
+        assert any(s.endswith("__main__:legacy_main;__main__:Billing.total") for s in counts)
         # Whole stacks, each from the module's frame: py-spy --nonblocking tore a few percent
         # (rootless, or frames of two stacks), and attach used it.
         torn = {s: n for s, n in counts.items() if not s.split(";")[0].endswith("<module>")}
