@@ -165,7 +165,7 @@ void tags_after_fork(void);
 uint64_t tags_open(void);
 uint64_t tags_lost(void);
 
-/* -- the request middleware (middleware.c) ---------------------------------------------------- */
+/* -- the request middleware (middleware.c, route_tag.c) -------------------------------------- */
 
 /* Whether tags opened in C go to the table above too (while the engine keeps it). */
 void middleware_tags_kept(int kept);

@@ -1,7 +1,7 @@
 """The WSGI middleware; on a Flask app it also names requests by their URL rule.
 
 Its per-request work is in C where the native extension is built (``WSGIWrapper`` in
-sampler/_native_src/middleware.c: no Python frame of ours runs in a request), and in Python
+sampler/_native_src/wsgi_wrapper.c: no Python frame of ours runs in a request), and in Python
 here otherwise, step for step the same.
 """
 

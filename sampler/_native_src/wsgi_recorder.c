@@ -1,0 +1,114 @@
+/* A WSGI request and the request recorder (sampler/_requests.py): the route it counts under,
+ * and its end, handed over as the same tuple the Python path builds. Everything below runs
+ * under the GIL.
+ */
+#include "middleware.h"
+
+/* The route a template (or, with ``raw``, a path) counts under: recorder.route_name's. */
+PyObject *route_name(PyObject *recorder, PyObject *seen, int raw)
+{
+    PyObject *names = PyObject_GetAttr(recorder, str_names);
+    if (names == NULL) {
+        return NULL;
+    }
+    PyObject *name = PyDict_Check(names) ? PyDict_GetItemWithError(names, seen) : NULL;
+    Py_XINCREF(name);
+    Py_DECREF(names);
+    if (name != NULL) {
+        return name;
+    }
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    return PyObject_CallMethodObjArgs(recorder, str_route_name, seen, raw ? Py_True : Py_False,
+                                      NULL);
+}
+
+/* Hands the finished request to the recorder, as WSGI's _Request.finish does: appended to
+ * its queue, the recorder's thread woken if it sleeps. */
+int request_finish(WSGIRequest *request)
+{
+    if (request->finished) {
+        return 0;
+    }
+    request->finished = 1;
+    double now = monotonic_now();
+    PyObject *route = request->route != NULL ? request->route : request->wrapper->unmatched;
+    PyObject *path = environ_get(request->environ, str_path_info);
+    if (path == NULL && PyErr_Occurred()) {
+        return -1;
+    }
+    int given = path != NULL ? PyObject_IsTrue(path) : 0;
+    if (given < 0) {
+        return -1;
+    }
+    if (!given) {
+        path = str_slash;
+    }
+    /* The Finished tuple of sampler/_requests.py. */
+    PyObject *finished = PyTuple_New(9);
+    PyObject *items[9] = {
+        Py_NewRef(route),
+        PyFloat_FromDouble(request->started),
+        PyFloat_FromDouble(now - request->started),
+        Py_NewRef(request->header),
+        PyFloat_FromDouble(request->wall),
+        PyLong_FromUnsignedLong(PyThread_get_thread_ident()),
+        Py_NewRef(Py_False),
+        Py_NewRef(request->status),
+        Py_NewRef(path),
+    };
+    int built = finished != NULL;
+    for (int i = 0; i < 9; i++) {
+        built = built && items[i] != NULL;
+    }
+    if (!built) {
+        for (int i = 0; i < 9; i++) {
+            Py_XDECREF(items[i]);
+        }
+        Py_XDECREF(finished);
+        return -1;
+    }
+    for (int i = 0; i < 9; i++) {
+        PyTuple_SET_ITEM(finished, i, items[i]);
+    }
+    WSGIWrapper *wrapper = request->wrapper;
+    if (wrapper->routed && request->route == NULL && !wrapper->unrouted_told) {
+        /* Routing never told us (an app whose request class was replaced after wrapping):
+         * the wrapper's Python side says so and routes by a hook from now on. */
+        wrapper->unrouted_told = 1;
+        PyObject *told = PyObject_CallMethodNoArgs((PyObject *)wrapper, str_unrouted);
+        if (told == NULL) {
+            PyErr_WriteUnraisable((PyObject *)wrapper);
+        }
+        Py_XDECREF(told);
+    }
+    PyObject *recorder = wrapper->recorder;
+    PyObject *pending = PyObject_GetAttr(recorder, str_pending);
+    int failed = pending == NULL;
+    if (!failed) {
+        /* The queue's bound and the wake-up: recorder.finish does both, called when the queue
+         * is long (it counts the drop) or the recorder's thread is not awake. */
+        PyObject *awake = PyObject_GetAttr(recorder, str_awake);
+        Py_ssize_t length = awake != NULL ? PyObject_Size(pending) : -1;
+        if (awake == NULL || length < 0) {
+            failed = 1;
+        } else if (awake == Py_True && length < request->wrapper->max_pending) {
+            PyObject *done = PyObject_CallMethodOneArg(pending, str_append, finished);
+            failed = done == NULL;
+            Py_XDECREF(done);
+        } else {
+            PyObject *done = PyObject_CallMethodOneArg(recorder, str_finish, finished);
+            failed = done == NULL;
+            Py_XDECREF(done);
+        }
+        Py_XDECREF(awake);
+        Py_DECREF(pending);
+    }
+    Py_DECREF(finished);
+    /* The environ holds the request (for the routing hook), and the body may hold the environ:
+     * let go of both, so the cycle's objects are freed now, not by the next collection. */
+    Py_CLEAR(request->environ);
+    Py_CLEAR(request->body);
+    return failed ? -1 : 0;
+}
