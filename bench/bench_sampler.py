@@ -166,16 +166,11 @@ def per_sample_cost() -> float:
     """Microseconds for one tick that walks a whole 50-frame stack (no reuse), median of 5."""
     import threading
 
+    from sampler._settings import resolve
     from sampler._stacks import StackTable
 
-    table = StackTable(
-        mode="wall",
-        interval=1e-9,
-        max_depth=128,
-        max_stacks=20_000,
-        lineno=False,
-        thread_frames=False,
-    )
+    # The default bounds: a stack of 50 frames is walked whole (max_depth 128).
+    table = StackTable.from_settings(resolve({}, environ={}), mode="wall", interval=1e-9)
     ident = threading.get_ident()
 
     def measure() -> float:

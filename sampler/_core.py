@@ -90,14 +90,8 @@ class Sampler:
             "host": self.host_name,
         }
         self._lock = threading.Lock()
-        self.table = StackTable(
-            mode=self.mode,
-            interval=self.interval,
-            max_depth=s["max_depth"],
-            max_stacks=s["max_stacks"],
-            lineno=s["lineno"],
-            thread_frames=s["thread_frames"],
-            recent=RECENT_SAMPLES,
+        self.table = StackTable.from_settings(
+            s, mode=self.mode, interval=self.interval, recent=RECENT_SAMPLES
         )
         self._text = StackText(self.table)
         self.ticks = 0

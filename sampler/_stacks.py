@@ -97,6 +97,21 @@ class StackTable:
         self.truncated_id = self.intern(TRUNCATED)
         self.other = (self.intern(OTHER),)
 
+    @classmethod
+    def from_settings(
+        cls, settings: Mapping[str, Any], *, mode: str, interval: float, recent: int = 0
+    ) -> StackTable:
+        """Returns a table bounded as the sampler's resolved settings say (``_settings.resolve``)."""
+        return cls(
+            mode=mode,
+            interval=interval,
+            max_depth=settings["max_depth"],
+            max_stacks=settings["max_stacks"],
+            lineno=settings["lineno"],
+            thread_frames=settings["thread_frames"],
+            recent=recent,
+        )
+
     def baseline(self, excluded: set[int]) -> None:
         """Records the CPU every existing thread used so far, so it is not counted."""
         for ident in sys._current_frames():

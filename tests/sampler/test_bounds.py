@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from sampler import _labels
+from sampler._settings import resolve
 from sampler._stacks import OTHER, TRUNCATED, StackTable
 
 # Memory and counts of stacks, not time: runs beside other tests (tests/conftest.py).
@@ -16,16 +17,8 @@ pytestmark = pytest.mark.parallel
 
 
 def table(**overrides):
-    options = dict(
-        mode="wall",
-        interval=1e-9,
-        max_depth=128,
-        max_stacks=20_000,
-        lineno=False,
-        thread_frames=False,
-    )
-    options.update(overrides)
-    return StackTable(**options)
+    """A table with the sampler's default bounds but for ``overrides``, sampled by hand."""
+    return StackTable.from_settings(resolve(overrides, environ={}), mode="wall", interval=1e-9)
 
 
 def sample_here(t, frame):
