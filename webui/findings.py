@@ -19,18 +19,13 @@ __all__ = ["bp"]
 
 bp = Blueprint("findings", __name__)
 api.json_errors(bp)
+pages.add_view(bp, "/findings", "findings")
 
 COLUMNS = (
     "found_at", "service", "function", "kind", "a_share", "b_share", "change", "ci_low",
     "ci_high", "q", "compared", "a_from", "a_to", "b_from", "b_to", "a_label", "b_label",
     "link", "sent",
 )  # fmt: skip
-
-
-@bp.get("/findings")
-def page() -> str:
-    """The findings page."""
-    return pages.render_view("findings")
 
 
 @bp.get("/api/findings")

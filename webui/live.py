@@ -25,15 +25,10 @@ __all__ = ["bp"]
 
 bp = Blueprint("live", __name__)
 api.json_errors(bp)
+pages.add_view(bp, "/worker", "worker")
 
 MAX_SECONDS = 60
 MAX_BYTES = 50_000_000
-
-
-@bp.get("/worker")
-def page() -> str:
-    """The worker view."""
-    return pages.render_view("worker")
 
 
 @bp.get("/api/live")

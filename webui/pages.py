@@ -59,6 +59,12 @@ def render_view(view: str, **context: str) -> str:
     return render_template(f"{view}.html", view=view, preload=preload, **context)
 
 
+def add_view(blueprint: Blueprint, rule: str, view: str) -> None:
+    """Serves a view's page at ``rule`` as the blueprint's ``page`` endpoint (its data comes
+    from the blueprint's API)."""
+    blueprint.add_url_rule(rule, "page", functools.partial(render_view, view), methods=["GET"])
+
+
 @bp.get("/")
 def flamegraph() -> str:
     """The flamegraph of a window, with its timeline, filters, search and function table."""

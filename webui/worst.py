@@ -34,6 +34,7 @@ __all__ = ["bp"]
 bp = Blueprint("worst", __name__)
 log = logging.getLogger(__name__)
 api.json_errors(bp)
+pages.add_view(bp, "/worst", "worst")
 
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
 # Rows of request figures one /api/requests reads at most (one per minute, instance and route
@@ -43,12 +44,6 @@ MAX_REQUEST_ROWS = 200_000
 # Stalls whose stacks make the stall flamegraph, the longest first.
 MAX_FLAME_STALLS = 5_000
 MAX_BUCKETS = 1500
-
-
-@bp.get("/worst")
-def page() -> str:
-    """The worst-cases page."""
-    return pages.render_view("worst")
 
 
 @bp.get("/api/stalls")
