@@ -39,6 +39,11 @@ def _key(*names: str) -> list[sa.Column]:
     return [sa.Column(n, sa.BigInteger, primary_key=True, autoincrement=False) for n in names]
 
 
+def _text_key(*names: str) -> list[sa.Column]:
+    """Primary key columns of text."""
+    return [sa.Column(n, sa.Text, primary_key=True) for n in names]
+
+
 def _not_null(**types: Any) -> list[sa.Column]:
     """NOT NULL columns of these names and types, in this order (most columns are)."""
     return [sa.Column(name, type_, nullable=False) for name, type_ in types.items()]
@@ -57,8 +62,7 @@ label_sets = sa.Table(
 label_pairs = sa.Table(
     "label_pairs",
     metadata,
-    sa.Column("key", sa.Text, primary_key=True),
-    sa.Column("value", sa.Text, primary_key=True),
+    *_text_key("key", "value"),
     *_key("label_set_id"),
 )
 
@@ -126,14 +130,14 @@ tiers = _tier_states("tiers")  # the instance tiers' rollups
 cursor_targets = sa.Table(
     "cursor_targets",
     metadata,
-    sa.Column("target", sa.Text, primary_key=True),
+    *_text_key("target"),
     *_not_null(instance=sa.Text),
 )
 
 cursor_label_sets = sa.Table(
     "cursor_label_sets",
     metadata,
-    sa.Column("target", sa.Text, primary_key=True),
+    *_text_key("target"),
     sa.Column("label_index", sa.Integer, primary_key=True, autoincrement=False),
     *_not_null(label_set_id=sa.BigInteger),
 )
@@ -144,7 +148,7 @@ cursor_label_sets = sa.Table(
 cursor_log = sa.Table(
     "cursor_log",
     metadata,
-    sa.Column("target", sa.Text, primary_key=True),
+    *_text_key("target"),
     *_key("seq"),
     *_not_null(label_indexes=sa.LargeBinary, stack_ids=sa.LargeBinary, counts=sa.LargeBinary),
 )
@@ -164,8 +168,7 @@ request_buckets = sa.Table(
     "request_buckets",
     metadata,
     *_key("bucket"),
-    sa.Column("instance", sa.Text, primary_key=True),
-    sa.Column("route", sa.Text, primary_key=True),
+    *_text_key("instance", "route"),
     *_not_null(service=sa.Text, host=sa.Text),
     *_not_null(count=sa.BigInteger, errors=sa.BigInteger, sketches=sa.Text, slow=sa.Text),
 )
@@ -177,8 +180,7 @@ request_fleet = sa.Table(
     "request_fleet",
     metadata,
     *_key("width", "bucket"),
-    sa.Column("service", sa.Text, primary_key=True),
-    sa.Column("route", sa.Text, primary_key=True),
+    *_text_key("service", "route"),
     *_not_null(count=sa.BigInteger, errors=sa.BigInteger, sketches=sa.Text, slow=sa.Text),
 )
 
