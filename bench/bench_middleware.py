@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import socket
 import statistics
 import subprocess
@@ -36,8 +35,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+import appservers
+
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 
 APPS = {
     "flask": r"""
@@ -88,31 +88,8 @@ OWN_THREADS = ("ff-stalls", "ff-requests")
 # configuration -> (stalls, middleware)
 CONFIGS = {"sampler": (False, False), "+stalls": (True, False), "+stalls+middleware": (True, True)}
 SERVERS = {
-    "flask": [
-        "{bin}/gunicorn",
-        "--bind",
-        "127.0.0.1:{port}",
-        "--workers",
-        "1",
-        "--backlog",
-        "2048",
-        "benchapp_flask:app",
-    ],
-    "fastapi": [
-        "{bin}/python",
-        "-m",
-        "uvicorn",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "{port}",
-        "--no-access-log",
-        "--log-level",
-        "warning",
-        "--backlog",
-        "2048",
-        "benchapp_fastapi:app",
-    ],
+    "flask": appservers.gunicorn("benchapp_flask:app", backlog=2048),
+    "fastapi": appservers.uvicorn("benchapp_fastapi:app"),
 }
 
 LOAD = r"""
@@ -176,7 +153,7 @@ class Server:
             FLEETFLAME_STALLS="1" if stalls else "0",
             BENCH_MIDDLEWARE="1" if middleware else "0",
         )
-        command = [a.format(bin=BIN, port=self.port) for a in SERVERS[kind]]
+        command = [a.replace("{port}", str(self.port)) for a in SERVERS[kind]]
         self.process = subprocess.Popen(
             command,
             cwd=folder,
@@ -225,13 +202,7 @@ class Server:
         return 0.0
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        appservers.stop(self.process)
 
 
 def measure(server: Server, rate: float, seconds: float) -> tuple[float, int, float]:

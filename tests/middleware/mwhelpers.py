@@ -6,16 +6,15 @@ import http.client
 import json
 import os
 import random
-import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import appservers  # bench/, on the path by conftest.py
 import pytest
 
 from sampler._engine_native import unavailable
@@ -30,7 +29,6 @@ ENGINES = [
 HERE = Path(__file__).resolve().parent
 APPS = HERE / "apps"
 ROOT = HERE.parents[1]
-BIN = Path(sys.executable).parent
 
 
 def env(**extra: str) -> dict[str, str]:
@@ -149,13 +147,7 @@ class Server:
         return documents
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        appservers.stop(self.process)
         self.process.stderr.close()
 
 
@@ -173,44 +165,14 @@ def _children(pid: int) -> list[int]:
 
 
 def gunicorn(app: str, worker_class: str = "sync", workers: int = 1, threads: int = 1, **kw):
-    return Server(
-        [
-            str(BIN / "gunicorn"),
-            "--bind",
-            "127.0.0.1:{port}",
-            "--workers",
-            str(workers),
-            "--worker-class",
-            worker_class,
-            "--threads",
-            str(threads),
-            "--backlog",
-            "512",
-            app,
-        ],
-        workers,
-        **kw,
+    command = appservers.gunicorn(
+        app, workers=workers, worker_class=worker_class, threads=threads, backlog=512
     )
+    return Server(command, workers, **kw)
 
 
 def uvicorn(app: str, **kw) -> Server:
-    return Server(
-        [
-            str(BIN / "python"),
-            "-m",
-            "uvicorn",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "{port}",
-            "--no-access-log",
-            "--log-level",
-            "warning",
-            app,
-        ],
-        1,
-        **kw,
-    )
+    return Server(appservers.uvicorn(app), 1, **kw)
 
 
 @dataclass
