@@ -109,7 +109,10 @@ def render_json(stacks: list[ThreadStack], pid: int, now: float) -> bytes:
         "time": round(now, 3),
         "threads": [asdict(stack) for stack in stacks],
     }
-    return json.dumps(document, indent=1, ensure_ascii=False).encode()
+    try:
+        return json.dumps(document, indent=1, ensure_ascii=False).encode()
+    except UnicodeEncodeError:  # a lone surrogate in a file or thread name: JSON escapes it
+        return json.dumps(document, indent=1).encode()
 
 
 def take(leave_out: Collection[int], look: float = LOOK_SECONDS) -> list[ThreadStack]:

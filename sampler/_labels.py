@@ -13,6 +13,8 @@ import sys
 import threading
 from collections.abc import Callable
 
+from .profile.frames import encodable_text
+
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
 if TYPE_CHECKING:
     from typing import Any, TypeVar
@@ -89,10 +91,10 @@ def use_native(native: Any) -> None:
 def _clean(labels: dict[str, Any]) -> dict[str, str]:
     cleaned = {}
     for key, value in labels.items():
-        if type(key) is not str or len(key) > _MAX_TEXT:
-            key = str(key)[:_MAX_TEXT]
-        if type(value) is not str or len(value) > _MAX_TEXT:
-            value = str(value)[:_MAX_TEXT]
+        if type(key) is not str or len(key) > _MAX_TEXT or not key.isascii():
+            key = encodable_text(str(key)[:_MAX_TEXT])
+        if type(value) is not str or len(value) > _MAX_TEXT or not value.isascii():
+            value = encodable_text(str(value)[:_MAX_TEXT])
         cleaned[key] = value
     return cleaned
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
+from .profile.frames import encodable_text
+
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
 if TYPE_CHECKING:
     import argparse
@@ -193,7 +195,7 @@ def labels(value: str) -> dict[str, str]:
         key, sep, val = item.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"expected key=value pairs separated by commas, got {item!r}")
-        out[key.strip()] = val.strip()
+        out[encodable_text(key.strip())] = encodable_text(val.strip())
     return out
 
 
@@ -217,7 +219,7 @@ _TYPED: dict[str, tuple[str, Callable[[Any], bool], Callable[[Any], Any]]] = {
             isinstance(v, dict)
             and all(isinstance(k, str) and isinstance(i, str) for k, i in v.items())
         ),
-        dict,
+        lambda v: {encodable_text(k): encodable_text(i) for k, i in v.items()},
     ),
 }
 

@@ -18,6 +18,7 @@ __all__ = [
     "SEPARATOR",
     "TRUNCATED",
     "display_frames",
+    "encodable_text",
     "escape_frame",
     "join_frames",
     "shown_frame",
@@ -37,8 +38,9 @@ NO_FRAMES = "[no frames]"  # a sample that caught no Python frame (py-spy writes
 
 # Characters that would break a folded line: the separator, the escape character itself,
 # and every control character (newlines above all); also the two characters JSON escapes, so
-# a frame's JSON string is always its text in quotes.
-_UNSAFE = re.compile(r'[%;"\\\x00-\x1f\x7f]')
+# a frame's JSON string is always its text in quotes; and lone surrogates, which UTF-8 cannot
+# hold (os.fsdecode's stand-ins for the bytes of a file name it could not decode).
+_UNSAFE = re.compile(r'[%;"\\\x00-\x1f\x7f\ud800-\udfff]')
 _ESCAPED = re.compile(r"%([0-9A-F]{2})")
 # What no folded stack holds once its frames are escaped; lone surrogates cannot be encoded
 # in UTF-8, so no stack read from the wire or stored holds one either. These two patterns are
@@ -48,10 +50,30 @@ _LINE_NUMBER = r"(.+:.+):(\d+)"
 
 
 def escape_frame(name: str) -> str:
-    """Returns ``name`` with ``;``, ``%``, ``"``, ``\\`` and control characters percent-escaped."""
+    """Returns ``name`` with ``;``, ``%``, ``"``, ``\\`` and control characters percent-escaped,
+    and each lone surrogate written out as ``\\udcXX`` (escaped: ``%5Cudcxx``)."""
     if _UNSAFE.search(name) is None:
         return name
-    return _UNSAFE.sub(lambda m: f"%{ord(m.group()):02X}", name)
+    return _UNSAFE.sub(_escaped, name)
+
+
+def _escaped(match: re.Match[str]) -> str:
+    c = match.group()
+    if c >= "\ud800":
+        return f"%5Cu{ord(c):04x}"  # as Python's backslashreplace writes it, \\ escaped
+    return f"%{ord(c):02X}"
+
+
+def encodable_text(text: str) -> str:
+    """Returns ``text`` (a label, say) with each lone surrogate written out as ``\\udcXX``, as
+    escape_frame does: the profile is UTF-8, which cannot hold one."""
+    if text.isascii():
+        return text
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode()
+    return text
 
 
 # Characters that change how the text around them is shown without being seen: bidirectional

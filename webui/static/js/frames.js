@@ -3,13 +3,17 @@
 // it in the tests as it is.
 
 // The separator, the escape character, the two characters JSON escapes, control characters.
-const UNSAFE = /[%;"\\\x00-\x1f\x7f]/g
+// Lone surrogates too (UTF-8 cannot hold one): a high one not followed by a low one, or a low
+// one not after a high one (a pair is one character, which needs no escape).
+const UNSAFE = /[%;"\\\x00-\x1f\x7f]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g
 const ESCAPED = /%([0-9A-F]{2})/g
 
 export const SEPARATOR = ';'
 
 export function escapeFrame (name) {
-  return name.replace(UNSAFE, c => '%' + c.charCodeAt(0).toString(16).toUpperCase().padStart(2, '0'))
+  return name.replace(UNSAFE, c => c >= '\ud800'
+    ? '%5Cu' + c.charCodeAt(0).toString(16) // written out, as the Python twin does
+    : '%' + c.charCodeAt(0).toString(16).toUpperCase().padStart(2, '0'))
 }
 
 export function unescapeFrame (name) {
