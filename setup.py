@@ -37,6 +37,10 @@ def native_extensions() -> list[Extension]:
         return []
     parts = [
         "module",
+        "engine",
+        "engine_status",
+        "drain",
+        "drain_stacks",
         "walk",
         "ring",
         "guard",
@@ -66,7 +70,10 @@ def native_extensions() -> list[Extension]:
         Extension(
             "sampler._native",
             sources=[f"sampler/_native_src/{part}.c" for part in parts],
-            depends=["sampler/_native_src/native.h"],
+            depends=[
+                f"sampler/_native_src/{header}.h"
+                for header in ("native", "module", "middleware", "threads")
+            ],
             extra_compile_args=[
                 "-std=gnu11",
                 # Only PyInit__native is exported: a host binary defining the same names

@@ -2,6 +2,7 @@
  * finding the request-start header among the request's headers, and the ``send`` that notes
  * the response's status on its way to the server's. */
 #include "native.h"
+#include "module.h"
 
 #include <stddef.h>
 #include <string.h>

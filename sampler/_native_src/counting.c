@@ -8,6 +8,7 @@
  * handed to the Python functions given, so both paths read every input alike.
  */
 #include "native.h"
+#include "module.h"
 
 #include <math.h>
 

@@ -5,6 +5,7 @@
  * not built; its tests hold the two to the same numbers. Everything below runs under the GIL.
  */
 #include "native.h"
+#include "module.h"
 
 /* Returns {number: bytes of the ordinals} of the numbers in ``counts`` (those with any). */
 static PyObject *filed(const Py_ssize_t *counts, const Py_ssize_t *offsets, const int *ordinals,

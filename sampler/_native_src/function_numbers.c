@@ -8,6 +8,7 @@
  * stacks, so a call holds the interpreter for milliseconds. Everything below runs under the GIL.
  */
 #include "native.h"
+#include "module.h"
 
 /* Numbers seen in the stack at hand: seen[number] == the stack's stamp. Grown with the names. */
 typedef struct {

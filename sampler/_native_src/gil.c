@@ -10,6 +10,7 @@
  * the first tick that sees it wakes the watcher, whose wait then counts from that tick.
  */
 #include "native.h"
+#include "module.h"
 
 #include "internal/pycore_interp.h"
 #include "internal/pycore_runtime.h"
@@ -295,4 +296,43 @@ void gil_alarm_sleep(double seconds, gil_alarm *seen)
         seen->switches = atomic_load(&alarm_switches);
         seen->cpu = atomic_load(&alarm_cpu);
     }
+}
+
+PyObject *native_watch_wake(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    gil_alarm_wake();
+    Py_RETURN_NONE;
+}
+
+/* Sleeps ``seconds`` without the GIL, then takes it back. Returns how long taking it back
+ * took (a thread holding the GIL that long kept every other from running Python), and, about
+ * the thread that held it as this one asked for it back: its ident (None if none did, or it
+ * cannot be told: started during the sleep, or its state reused), its seconds on a CPU over
+ * the wait if that lasted ``threshold`` seconds or more (None where its clock could not be
+ * read: it has ended), and how many times the GIL passed to yet another thread meanwhile.
+ * ``own``: idents of the sampler's threads, which are let pass the GIL on before it is asked
+ * for (see gil_watch_pass_own). */
+PyObject *native_gil_wait(PyObject *module, PyObject *args)
+{
+    (void)module;
+    double seconds, threshold;
+    PyObject *own = Py_None;
+    if (!PyArg_ParseTuple(args, "dd|O", &seconds, &threshold, &own)) {
+        return NULL;
+    }
+    if (!(seconds >= 0 && seconds <= 10) || !(threshold >= 0)) {
+        PyErr_SetString(PyExc_ValueError, "gil_wait() sleeps from 0 to 10 seconds");
+        return NULL;
+    }
+    gil_watch watch;
+    if (own != Py_None && !PyAnySet_Check(own)) {
+        PyErr_SetString(PyExc_TypeError, "gil_wait(): own must be a set of thread idents");
+        return NULL;
+    }
+    double waited = gil_wait_once(seconds, threshold, &watch, own == Py_None ? NULL : own);
+    PyObject *result = gil_wait_result(waited, &watch);
+    gil_watch_release(&watch);
+    return result;
 }

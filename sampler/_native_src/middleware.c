@@ -10,6 +10,7 @@
  * files runs under the GIL; here is what they share, and the types they add to the module.
  */
 #include "middleware.h"
+#include "module.h"
 
 #include <time.h>
 

@@ -165,28 +165,10 @@ void tags_after_fork(void);
 uint64_t tags_open(void);
 uint64_t tags_lost(void);
 
-/* -- the request middleware (middleware.c, route_tag.c) -------------------------------------- */
+/* -- the request middleware's tags (route_tag.c) ------------------------------------------------ */
 
 /* Whether tags opened in C go to the table above too (while the engine keeps it). */
 void middleware_tags_kept(int kept);
-PyObject *native_labels_bind(PyObject *module, PyObject *args);
-/* Adds RouteTag and WSGIWrapper to the module; -1 with an exception set on failure. */
-int middleware_add_types(PyObject *module);
-
-/* -- the request recorder's counting (counting.c) ---------------------------------------------- */
-
-PyObject *native_count_requests(PyObject *module, PyObject *args);
-
-/* -- the web UI's function index (function_numbers.c, function_files.c) ---------------- */
-
-PyObject *native_number_functions(PyObject *module, PyObject *args);
-PyObject *native_file_functions(PyObject *module, PyObject *args);
-
-/* -- the ASGI middleware's parts (asgi.c) ------------------------------------------------- */
-
-PyObject *native_asgi_request_start(PyObject *module, PyObject *headers);
-PyObject *native_asgi_mark(PyObject *module, PyObject *marks);
-int asgi_add_types(PyObject *module);
 
 /* -- threads (thread_slots.c, thread_timers.c, wall.c, known_threads.c) ------------------- */
 
@@ -280,7 +262,6 @@ void gil_alarm_wake(void);
 double gil_wait_once(double seconds, double threshold, gil_watch *watch, PyObject *own);
 /* gil_wait's result: (waited, holder's ident or None, its CPU seconds or None, handoffs). */
 PyObject *gil_wait_result(double waited, gil_watch *watch);
-PyObject *native_watch_wait(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* -- what a waiting thread waits on (waits.c) ------------------------------------------- */
 
@@ -332,5 +313,36 @@ code_entry *codemap_put(const void *code, int64_t lasti, PyObject *ref, PyObject
                         uint64_t learned);
 void codemap_clear(void);
 Py_ssize_t codemap_size(void);
+
+/* -- the drain (drain.c) and its stacks (drain_stacks.c) ----------------------------------- */
+
+/* Between start() and stop() (engine.c). */
+extern int engine_started;
+/* Set by start(): whether frames are named with their line, and the frame name ids of
+ * [truncated], [waiting] and [unknown]. */
+extern int with_lineno;
+extern PyObject *truncated_id, *waiting_id, *unknown_id;
+extern PyObject *reason_ids; /* a tuple: the frame naming each wait_reason, None for unknown */
+
+typedef struct {
+    PyObject *resolve;    /* resolve(code, function or None, line or -1) -> frame name id */
+    count_sink sink;      /* the table counted into */
+    PyObject *thread_root; /* thread_root(ident) -> a [thread:NAME] name id, or None */
+    /* thread ident -> the key of its last sample, of its entry stack, of its last waiting one */
+    PyObject *last_key, *entry_key, *last_waiting;
+    PyObject *recent; /* appended (seconds, ident, key, weight) for every sample, or None */
+    Py_ssize_t records;
+    long long added, dropped;
+} drain_state;
+
+/* The record's stack of frame name ids, leaf first (a new reference), or NULL with an
+ * exception set. */
+PyObject *stack_of(drain_state *state, record_head *record, record_frame *frames);
+/* ``stack`` under [waiting] and what it waits on (leaf first: ...;[waiting];[socket]). */
+PyObject *waiting_stack(PyObject *stack, uint32_t reason);
+/* The label set of the record's innermost tagged frame when it was taken (0: none). */
+PyObject *label_of(record_head *record);
+/* ``tuple``, untracked by the garbage collector when none of its items is tracked. */
+PyObject *untracked(PyObject *tuple);
 
 #endif

@@ -5,6 +5,7 @@
  * middleware make them. Everything below runs under the GIL.
  */
 #include "middleware.h"
+#include "module.h"
 
 /* sampler._labels' state, bound once by labels_bind(). */
 static PyObject *current_labels; /* the ContextVar of the labels in force */

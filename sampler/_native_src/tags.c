@@ -8,6 +8,7 @@
  * still be reading it (handlers_running seen at zero after the new one was published).
  */
 #include "native.h"
+#include "module.h"
 
 #include <stdlib.h>
 
@@ -216,4 +217,51 @@ uint64_t tags_open(void)
 uint64_t tags_lost(void)
 {
     return lost;
+}
+
+/* The table from Python (sampler/_labels.py): one tag, all of them at once, none. */
+PyObject *native_tag_set(PyObject *module, PyObject *const *args, Py_ssize_t count)
+{
+    (void)module;
+    if (count != 2) {
+        PyErr_SetString(PyExc_TypeError, "tag_set(frame_id, label_set) takes 2 arguments");
+        return NULL;
+    }
+    void *frame = PyLong_AsVoidPtr(args[0]);
+    long set = PyLong_AsLong(args[1]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    return PyBool_FromLong(tags_set(frame, set) == 0);
+}
+
+PyObject *native_tags_load(PyObject *module, PyObject *tags)
+{
+    (void)module;
+    if (!PyDict_Check(tags)) {
+        PyErr_SetString(PyExc_TypeError, "tags_load takes a dict");
+        return NULL;
+    }
+    tags_clear();
+    middleware_tags_kept(1);
+    Py_ssize_t at = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(tags, &at, &key, &value)) {
+        void *frame = PyLong_AsVoidPtr(key);
+        long set = PyLong_AsLong(value);
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        tags_set(frame, set);
+    }
+    Py_RETURN_NONE;
+}
+
+PyObject *native_tags_clear(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    middleware_tags_kept(0);
+    tags_clear();
+    Py_RETURN_NONE;
 }

@@ -7,6 +7,7 @@
  * handler. sampler/_waits.py names the reasons, in the order of wait_reason's enum.
  */
 #include "native.h"
+#include "module.h"
 
 #include "internal/pycore_runtime.h"
 
@@ -149,4 +150,18 @@ int wait_reason(pid_t tid)
         return REASON_FILE;
     }
     return REASON_OTHER;
+}
+
+PyObject *native_wait_reason(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    long tid = PyLong_AsLong(arg);
+    if (tid == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    int reason;
+    Py_BEGIN_ALLOW_THREADS
+    reason = wait_reason((pid_t)tid);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(reason);
 }

@@ -8,6 +8,7 @@
  * keeps those wakes in C and returns to Python only when there is work, or once a second.
  */
 #include "native.h"
+#include "module.h"
 
 #include <string.h>
 #include <time.h>
