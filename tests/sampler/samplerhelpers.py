@@ -35,6 +35,12 @@ def env(**extra: str) -> dict[str, str]:
     return base
 
 
+def exits(status: int) -> list[str]:
+    """The command line of workloads/exits.py, which checks its arguments, runs 0.3 s of CPU in
+    ``busy_for_a_while`` and exits with ``status``."""
+    return [str(WORKLOADS / "exits.py"), "--flag", "value", str(status)]
+
+
 def run_sampled(
     tmp_path: Path, script: str, *args: str, options: tuple[str, ...] = (), timeout: float = 60
 ) -> dict[str, int]:

@@ -6,7 +6,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pytest
-from samplerhelpers import ENGINES, WORKLOADS, env, run_sampled, share
+from samplerhelpers import ENGINES, WORKLOADS, env, exits, run_sampled, share
 
 from sampler.profile import parse_folded
 
@@ -23,10 +23,7 @@ def test_script_gets_its_arguments_and_its_exit_status_is_kept(tmp_path):
             str(out),
             "--svg",
             str(svg),
-            str(WORKLOADS / "exits.py"),
-            "--flag",
-            "value",
-            "3",
+            *exits(3),
         ],
         env=env(),
         timeout=60,
@@ -62,10 +59,7 @@ def test_fleetflame_command_dispatches_run(tmp_path):
             "run",
             "-o",
             str(out),
-            str(WORKLOADS / "exits.py"),
-            "--flag",
-            "value",
-            "0",
+            *exits(0),
         ],
         env=env(),
         timeout=60,
@@ -226,7 +220,7 @@ def test_stacks_start_at_the_program_and_switches_need_no_value(tmp_path, engine
     out = tmp_path / "out.folded"
     subprocess.run(
         [sys.executable, "-m", "sampler", "run", "--engine", engine, "--lineno", "-o", str(out)]
-        + [str(WORKLOADS / "exits.py"), "--flag", "value", "0"],
+        + exits(0),
         env=env(),
         timeout=60,
         check=True,

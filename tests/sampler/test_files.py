@@ -9,7 +9,7 @@ import sys
 from contextlib import contextmanager
 
 import pytest
-from samplerhelpers import WORKLOADS, env
+from samplerhelpers import env, exits
 
 from sampler._files import write_text_atomically
 from sampler._trace_write import write_atomically as write_trace
@@ -72,10 +72,7 @@ def test_the_run_command_writes_readable_profiles(tmp_path):
             'umask 022 && exec "$@"',
             "sh",
             *command,
-            str(WORKLOADS / "exits.py"),
-            "--flag",
-            "value",
-            "0",
+            *exits(0),
         ],
         env=env(),
         timeout=60,
