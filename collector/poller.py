@@ -3,9 +3,11 @@
 One kept-alive connection per target is reused from poll to poll (the sampler keeps a
 connection open when asked with ``Connection: keep-alive``), and answers come gzipped when
 the target offers it. Each fetch has a connect timeout, a per-read timeout, an overall
-deadline checked between reads, and a cap on the decoded body: a slow, dead or hostile target
-costs one pool thread for at most about ``fetch_deadline + read_timeout`` seconds and never
-delays the other targets' results.
+deadline (checked between reads, and enforced by collector.deadlines, which shuts the socket
+down at it: a target dripping its answer's head cannot outlast it), and a cap on the decoded
+body: a slow, dead or hostile target costs one pool thread for at most about
+``fetch_deadline`` seconds (``connect_timeout`` if that is longer) and never delays the other
+targets' results.
 
 It speaks HTTP through the standard library's ``http.client``: a fetch through ``requests``
 cost about 1.3 ms of CPU, five times as much, which at 500 targets was most of a round's CPU.
@@ -22,6 +24,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from collector.deadlines import Deadlines
 from collector.targets import Target
 from sampler.profile import Document, DocumentError, Limits, decode_document
 
@@ -107,6 +110,7 @@ class Poller:
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=concurrency, thread_name_prefix="fleetflame-poll"
         )
+        self._deadlines = Deadlines()
 
     @property
     def kept_connections(self) -> int:
@@ -116,20 +120,31 @@ class Poller:
     def fetch(self, target: Target, query: str = "") -> tuple[bytes, int]:
         """Returns a target's decoded body and the bytes received; raises FetchError."""
         started = self._clock()
-        kept = self._idle.pop(target.address, None)
-        conn = kept or self._connect(target)
+        watch = self._deadlines.start(self.deadline)
+        conn = None
         try:
+            kept = self._idle.pop(target.address, None)
+            conn = kept or self._connect(target)
+            self._deadlines.follow(watch, conn.sock)
             try:
                 response = self._ask(conn, "/profile.json" + query)
             except _Closed:
-                if kept is None:
+                if kept is None or watch.cut:
                     raise
                 conn.close()
                 conn = self._connect(target)
+                self._deadlines.follow(watch, conn.sock)
                 response = self._ask(conn, "/profile.json" + query)
             body, received = self._read(response, started)
-        except BaseException:
-            conn.close()
+            if self._deadlines.end(watch):  # cut just as it ended: the connection is shut
+                raise FetchError("timeout", f"not complete after {self.deadline} s")
+        except BaseException as exc:
+            cut = self._deadlines.end(watch)
+            if conn is not None:
+                conn.close()
+            timed_out = isinstance(exc, FetchError) and exc.reason == "timeout"
+            if cut and isinstance(exc, Exception) and not timed_out:
+                raise FetchError("timeout", f"not complete after {self.deadline} s") from None
             raise
         if response.will_close or len(self._idle) >= self._max_idle:
             conn.close()
@@ -252,6 +267,7 @@ class Poller:
     def close(self) -> None:
         """Stops the pool threads (letting running fetches end) and closes kept connections."""
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._deadlines.stop()
         while self._idle:
             _address, conn = self._idle.popitem()
             conn.close()

@@ -226,6 +226,25 @@ def drip(release: threading.Event, interval: float = 0.2):
     return behave
 
 
+def drip_head(release: threading.Event, interval: float = 0.3):
+    """A behaviour sending its answer's head one byte at a time (each read is quick, and the
+    head never ends): no socket timeout can stop it."""
+
+    def behave(handler: BaseHTTPRequestHandler) -> None:
+        head = b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * 10_000
+        try:
+            for byte in head:
+                if release.wait(interval):
+                    break
+                handler.wfile.write(bytes([byte]))
+                handler.wfile.flush()
+        except OSError:
+            pass
+        handler.close_connection = True
+
+    return behave
+
+
 def gigantic(chunk_mb: int = 1, total_mb: int = 512, declare: bool = False):
     """A behaviour streaming a huge chunked (or declared-length) body of JSON-ish bytes."""
 

@@ -9,6 +9,7 @@ import pytest
 from pollhelpers import (
     closed_port,
     drip,
+    drip_head,
     gigantic,
     gzipped,
     hang_mid_response,
@@ -137,6 +138,25 @@ def test_hanging_and_dripping_targets_do_not_delay_the_others(poller, servers):
     assert slowest_good < min(finished[hanging.address], finished[dripping.address])
     # The dripping one was cut by the overall deadline, not after its endless body.
     assert finished[dripping.address] < 3.0 + 1.5 + 5
+
+
+def test_a_target_dripping_its_head_is_cut_at_the_deadline(poller, servers):
+    # Each byte comes within the read timeout, so only the fetch's deadline can end it.
+    release = threading.Event()
+    dripping = servers()
+    dripping.behaviour = drip_head(release)
+    results = []
+    started = time.monotonic()
+    polling = threading.Thread(
+        target=lambda: results.append(poller.poll_one(target(dripping.address)))
+    )
+    polling.start()
+    polling.join(poller.deadline + 3)
+    release.set()
+    polling.join(30)
+    assert results and results[0].reason == "timeout", "the fetch outlasted its deadline"
+    assert "not complete after 3.0 s" in results[0].error
+    assert time.monotonic() - started < poller.deadline + 3
 
 
 def test_bearer_token_is_sent(servers):
