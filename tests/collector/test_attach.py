@@ -123,7 +123,7 @@ def test_attach_serves_the_sampler_endpoints_and_the_collector_stores_it(
         stacks = requests.get(f"http://{address}/stacks", timeout=10).text
         counts = parse_folded(stacks)
         # The script's frames are __main__'s, as the sampler names them (py-spy: its file).
-        assert any(s.endswith("__main__:<module>;__main__:legacy_main") for s in counts)
+        assert all(s.startswith("__main__:<module>;__main__:legacy_main") for s in counts), counts
         assert any(s.endswith("__main__:legacy_main;__main__:Billing.total") for s in counts)
         # Whole stacks, each from the module's frame: py-spy --nonblocking tore a few percent
         # (rootless, or frames of two stacks), and attach used it.
