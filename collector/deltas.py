@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from collector.states import SortedCounts, StackTable, TargetState
 from collector.store import CursorUpdate, SampleRow
-from sampler.profile import Document, DocumentError
+from sampler.profile import LIMITS, Document, DocumentError
 
 __all__ = ["Delta", "Part", "compute_delta", "merge_cursor_updates"]
 
@@ -185,6 +185,10 @@ def _assign_ids(
     return ids, added
 
 
+# Marks rows whose labels were cut to the store's limit (see _within_limit).
+LABELS_CUT = ("fleetflame", "labels-over-limit")
+
+
 def _row_labels(
     profile: Document, target: str, target_labels: Labels
 ) -> list[tuple[str, str, dict[str, str]]]:
@@ -194,8 +198,24 @@ def _row_labels(
         merged = {**labels, **profile.labels, **target_labels}
         service = merged.pop("service", "") or "unknown"
         host = merged.pop("host", "") or profile.host or target.rsplit(":", 1)[0]
+        if len(merged) > LIMITS.max_labels:
+            merged = _within_limit(merged, (target_labels, profile.labels, labels))
         out.append((service, host, merged))
     return out
+
+
+def _within_limit(merged: dict[str, str], sources: tuple[Labels, ...]) -> dict[str, str]:
+    """Cuts labels that each fit the limit but together pass it (process labels and a tag's)
+    to the limit, marked LABELS_CUT: the store would refuse the rows, every row of the
+    target with them, poll after poll. The operator's labels are kept first, then the
+    process's, then the label set's, each in key order."""
+    kept: dict[str, str] = {}
+    for source in sources:
+        for key in sorted(source):
+            if key in merged and len(kept) < LIMITS.max_labels - 1:
+                kept[key] = merged[key]
+    kept[LABELS_CUT[0]] = LABELS_CUT[1]
+    return kept
 
 
 def compute_delta(

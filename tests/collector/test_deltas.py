@@ -9,7 +9,9 @@ import pytest
 from pollhelpers import make_doc
 
 from collector.deltas import compute_delta, merge_cursor_updates
+from collector.query import Query
 from collector.states import StackTable, TargetState
+from collector.store import Store
 from sampler.profile import DocumentError, Limits, decode_document, validate_document
 
 TABLE = StackTable()
@@ -103,6 +105,25 @@ def test_labels_service_and_host_come_from_process_then_target():
     (row,) = d.rows
     assert (row.service, row.host) == ("api", "web-3")
     assert dict(row.labels) == {"route": "/a", "version": "2", "environment": "prod"}
+
+
+def test_labels_over_the_limit_together_are_cut_and_marked_and_the_store_takes_them(sqlite_url):
+    # 40 process labels and a tag of 30: each fits the 64 of the wire, together they do not.
+    process = {f"p{i:02}": "v" for i in range(40)} | {"service": "api", "host": "web-3"}
+    tag = {f"t{i:02}": "v" for i in range(30)}
+    prof = profile([(0, "a", 4), (1, "a;b", 6)], label_sets=[{}, tag], labels=process)
+    d = delta(None, prof, target_labels={"environment": "prod"})
+    by_stack = {row.stack: dict(row.labels) for row in d.rows}
+    assert by_stack["a"] == {f"p{i:02}": "v" for i in range(40)} | {"environment": "prod"}
+    cut = by_stack["a;b"]
+    assert len(cut) == 64 and cut["fleetflame"] == "labels-over-limit"
+    assert cut["environment"] == "prod" and all(f"p{i:02}" in cut for i in range(40))
+    assert [key for key in tag if key in cut] == [f"t{i:02}" for i in range(22)]
+    store = Store(sqlite_url)
+    store.migrate()
+    store.write(d.rows)  # refused whole before: "65 labels, the limit is 64"
+    assert Query(store).profile(0, 10**6) == {"a": 4, "a;b": 6}
+    store.close()
 
 
 def test_rows_that_collapse_to_one_label_set_are_summed():
