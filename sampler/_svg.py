@@ -7,6 +7,7 @@ Every name from the profile is XML-escaped: it is text, never markup.
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Mapping
 from xml.sax.saxutils import escape, quoteattr
@@ -83,6 +84,7 @@ def render(
     mode: str = "cpu",
 ) -> str:
     """Renders folded counts as an interactive SVG flamegraph (root at the bottom)."""
+    title = _xml_text(title)
     root = build_tree(counts)
     total = root.total
     rows: list[tuple[Node, float, int]] = []  # node, x offset as a share of the total, depth
@@ -103,7 +105,8 @@ def render(
     for node, x, d in rows:
         share = node.total / total if total else 0.0
         y = height - 40 - (d + 1) * ROW
-        name = shown_frame(node.name)  # no name passes for another: bidi overrides written out
+        name = _xml_text(shown_frame(node.name))  # bidi overrides written out: no name passes
+        # for another
         label = f"{name} ({node.total} samples, {100 * share:.2f}%)"
         parts.append(
             f'<g data-n={quoteattr(name)} data-x="{x:.9f}" data-w="{share:.9f}" data-d="{d}">'
@@ -116,6 +119,19 @@ def render(
     parts.append(f'<script type="text/ecmascript">{_SCRIPT % {"width": WIDTH}}</script>')
     parts.append("</svg>\n")
     return "\n".join(parts)
+
+
+# Characters XML 1.0 does not allow in a document, even escaped: most control characters,
+# lone surrogates and the noncharacters U+FFFE and U+FFFF. Frame names have their controls
+# escaped already; a title given in the URL need not. Compiled on first use (re caches it).
+_NOT_XML = "[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]"
+
+
+def _xml_text(text: str) -> str:
+    """Returns ``text`` with each character XML forbids written out as ``[U+XXXX]``."""
+    if re.search(_NOT_XML, text) is None:
+        return text
+    return re.sub(_NOT_XML, lambda m: f"[U+{ord(m.group()):04X}]", text)
 
 
 def _place(

@@ -105,6 +105,18 @@ def test_flamegraph_svg_is_valid_xml(running):
     assert len(rects) > 3
 
 
+def test_flamegraph_svg_stays_xml_whatever_the_names_and_title(running):
+    # U+FFFF is a character a frame may hold but XML may not; a title comes from the URL.
+    from sampler import _svg
+
+    svg = _svg.render({"app:odd\uffffname;app:leaf": 3, "app:ok": 1}, title="a\x01b\ufffe")
+    root = ET.fromstring(svg)
+    names = [g.get("data-n") for g in root.iter("{http://www.w3.org/2000/svg}g")]
+    assert "app:odd[U+FFFF]name" in names
+    assert root.find("{http://www.w3.org/2000/svg}title").text == "a[U+0001]b[U+FFFE]"
+    ET.fromstring(get(running.url + "/flamegraph.svg?title=a%01b").decode())
+
+
 @pytest.mark.parametrize(
     "path, status, message",
     [
