@@ -106,13 +106,12 @@ def check_head(doc: dict[str, Any], limits: Limits) -> dict[str, Any]:
         raise _fail("label_sets", "expected a non-empty list of objects")
     if len(raw_sets) > limits.max_label_sets:
         raise _fail("label_sets", f"more than {limits.max_label_sets} label sets")
-    fields["label_sets"] = tuple(
-        _labels(s, f"label_sets[{i}]", limits) for i, s in enumerate(raw_sets)
-    )
+    label_sets = tuple(_labels(s, f"label_sets[{i}]", limits) for i, s in enumerate(raw_sets))
+    fields["label_sets"] = label_sets
     # Each set once: two entries of one set would share one counter between them, each
     # count read as the other's growth or reset.
     seen: dict[frozenset[tuple[str, str]], int] = {}
-    for i, labels in enumerate(fields["label_sets"]):
+    for i, labels in enumerate(label_sets):
         first = seen.setdefault(frozenset(labels.items()), i)
         if first != i:
             raise _fail(f"label_sets[{i}]", f"the same labels as label_sets[{first}]")

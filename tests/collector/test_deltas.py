@@ -168,7 +168,11 @@ def _mutated(path, value):
         (("labels",), ["service"], "labels"),
         (("labels", "service"), 3, "labels"),
         (("label_sets",), [], "label_sets"),
-        (("label_sets",), [{}, {"r": "/a"}, {"r": "/a"}], "'label_sets[2]': the same labels as label_sets[1]"),
+        (
+            ("label_sets",),
+            [{}, {"r": "/a"}, {"r": "/a"}],
+            "'label_sets[2]': the same labels as label_sets[1]",
+        ),
         (("stacks",), {"a": 1}, "stacks"),
         (("stacks", 0), [0, "a;b"], "stacks[0]"),
         (("stacks", 0), [5, "a;b", 1], "label set index"),
