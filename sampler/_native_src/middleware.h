@@ -37,7 +37,6 @@ typedef struct {
     PyObject *recorder;      /* sampler._requests.recorder */
     PyObject *fallback;      /* the pure-Python __call__, for a call with no Python caller */
     PyObject *unmatched;     /* the route of a routed app's request until routed */
-    PyObject *file_wrapper;  /* "wsgi.file_wrapper" */
     PyObject *dict;
     Py_ssize_t max_pending;  /* the recorder's queue bound: past it recorder.finish drops */
     int routed;              /* routing happens in the app: a hook calls request.routed() */
