@@ -3,8 +3,10 @@
 A round starts the fetches and returns; each result is decoded and turned into a delta on the
 pool thread that fetched it, as soon as it arrives, and handed to the writer. A round never
 waits for a straggler: a target whose previous poll is still in flight (one that hangs or
-drips, for up to ``fetch_deadline + read_timeout``, or one waiting for room in the write
-buffer) is skipped by the next round, so the other targets keep their cadence.
+drips, for up to ``fetch_deadline``, or one waiting for room in the write buffer) is skipped
+by the next round, so the other targets keep their cadence. Targets whose last poll timed out
+go last in a round, and hold half the pool's threads at most: more of them than the pool has
+threads would otherwise keep every healthy target waiting for a thread.
 
 Targets' states (the cumulative counts last seen) and the fleet's stack table are shared by
 the pool threads under one lock; a target is never polled twice at once, so its state only
@@ -107,6 +109,9 @@ class Rounds:
         self.last_round_end: float | None = None
         self._lock = threading.Lock()  # states, the table, the sets below
         self._in_flight: set[str] = set()
+        # Targets whose last poll timed out, and when a poll of each last began: those
+        # waited longest go first.
+        self._slow: dict[str, float] = {}
         self._reload: set[str] = set()  # targets whose cursor must be re-read from the store
         self._gone: set[str] = set()  # targets that left the fleet: re-read them if they return
         self._cursors_loaded = False
@@ -164,10 +169,19 @@ class Rounds:
             return current
         jobs = []
         with self._lock:
-            for target in targets:
+            slow = self._slow
+            room = max(1, self.poller.concurrency // 2) - len(slow.keys() & self._in_flight)
+            # The slow last, the one waiting longest first among them.
+            for target in sorted(targets, key=lambda t: (t.address in slow, slow.get(t.address))):
                 if target.address in self._in_flight:
                     current._skipped += 1
                     continue
+                if target.address in slow:
+                    if room <= 0:
+                        current._skipped += 1
+                        continue
+                    room -= 1
+                    slow[target.address] = started
                 self._in_flight.add(target.address)
                 state = self.states.get(target.address)
                 jobs.append((target, state.since_query() if state is not None else ""))
@@ -175,7 +189,8 @@ class Rounds:
             self._count_and_warn(
                 "fleetflame_collector_skipped_polls_total",
                 current._skipped,
-                "targets still being polled since an earlier round; skipped this round",
+                "targets still being polled since an earlier round, or timed out last time"
+                " with half the pool busy with such targets; skipped this round",
                 targets=current._skipped,
             )
         current._pending = len(jobs) + 1  # +1 until every job is submitted
@@ -190,6 +205,8 @@ class Rounds:
             for address in self._gone & current:
                 self._reload.add(address)  # back again: its stored cursor is the truth
             self._gone -= current
+            for address in self._slow.keys() - current:
+                del self._slow[address]
             for address in set(self.states) - current - self._in_flight:
                 del self.states[address]
                 self._gone.add(address)
@@ -217,6 +234,10 @@ class Rounds:
         finally:
             with self._lock:
                 self._in_flight.discard(address)
+                if result.reason != "timeout":
+                    self._slow.pop(address, None)
+                elif address not in self._slow:
+                    self._slow[address] = current._started
             with current._lock:
                 counts = current._counts
                 counts[outcome] += 1

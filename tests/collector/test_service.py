@@ -247,6 +247,48 @@ def test_a_hanging_and_a_dripping_target_never_delay_the_others(sqlite_url, logs
     assert logs.matching("poll failed", f"target={dripping.address}", "reason=timeout")
 
 
+@pytest.mark.alone
+def test_more_slow_targets_than_threads_never_starve_the_healthy_ones(sqlite_url, logs):
+    import statistics
+    import threading
+
+    from pollhelpers import drip_head
+
+    release = threading.Event()
+    healthy = [DocServer(make_doc([(0, "m;a", 5)], instance=f"h{i}")) for i in range(3)]
+    slow = [DocServer(make_doc([(0, "s", 1)], instance=f"s{i}")) for i in range(3)]
+    for server in slow:
+        server.behaviour = drip_head(release)
+    interval = 1.0
+    # Three targets that hold their poll until the 3 s deadline, and a pool of two threads:
+    # before, they took every thread and the healthy targets waited for one, round after round.
+    c = Collector(
+        collector_settings(
+            sqlite_url,
+            [s.address for s in (*slow, *healthy)],
+            poll_interval=interval,
+            poll_concurrency=2,
+            read_timeout=3.0,
+            fetch_deadline=3.0,
+        )
+    )
+    c.start()
+    try:
+        wait_until(lambda: min(len(s.times) for s in healthy) >= 10, timeout=40, what="10 polls")
+    finally:
+        release.set()
+        c.stop()
+        for s in (*slow, *healthy):
+            s.close()
+    # After the first round, which learns which targets are slow (they took both threads).
+    settled = [[t for t in s.times if t > healthy[0].times[0] + 3.5] for s in healthy]
+    gaps = [b - a for times in settled for a, b in zip(times, times[1:], strict=False)]
+    assert abs(statistics.median(gaps) - interval) <= 0.1 * interval, gaps
+    assert max(gaps) < 1.6 * interval, gaps
+    # Every slow target was still tried again, in turn.
+    assert all(len(s.times) >= 2 for s in slow), [s.times for s in slow]
+
+
 def test_polls_after_the_first_ask_only_for_what_changed(sqlite_url, server, logs):
     server.doc["generation"] = 50
     c = migrated_collector(sqlite_url, [server.address])
