@@ -1,6 +1,13 @@
-"""What the stall watcher times, and how each kind of stall is said in words (``what``)."""
+"""What the stall watcher times, and how each kind of stall is said in words (``what``).
+
+A description is made on the host's thread as a stalled call ends, from the host's objects:
+it reads names only (never a repr, which the host's code may make slow or make raise), and
+whatever it meets that raises gives ``?``, never an exception in the host.
+"""
 
 from __future__ import annotations
+
+import sys
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
 if TYPE_CHECKING:
@@ -41,10 +48,31 @@ def _request(server: str, path: Any) -> str:
 def _describe(handle: Any) -> str:
     callback = getattr(handle, "_callback", None)
     task = getattr(callback, "__self__", None)
-    coroutine = getattr(task, "get_coro", None)
-    if coroutine is not None:
-        return f"a step of task {getattr(coroutine(), '__qualname__', '?')}"
-    return f"callback {getattr(callback, '__qualname__', repr(callback))}"[:200]
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is not None and isinstance(task, asyncio.Task):
+        return f"a step of task {_name(task.get_coro())}"[:200]
+    functools = sys.modules.get("functools")  # asyncio's import: loaded
+    if functools is not None and isinstance(callback, functools.partial):
+        return f"callback partial({_name(callback.func)})"[:200]
+    return f"callback {_name(callback)}"[:200]
+
+
+def _name(thing: Any) -> str:
+    name = getattr(thing, "__qualname__", None)
+    return name if isinstance(name, str) else type(thing).__qualname__
+
+
+def _safely(describe: Any) -> Any:
+    def said(args: Any) -> str:
+        try:
+            return describe(args)  # type: ignore[no-any-return]
+        except Exception:  # noqa: BLE001 - the host's objects may raise anything
+            return "?"
+
+    return said
+
+
+TIMED = {key: (kind, _safely(describe)) for key, (kind, describe) in TIMED.items()}
 
 
 def gil_what(held: float, holder: int | None, on_cpu: float | None, handoffs: int) -> str:

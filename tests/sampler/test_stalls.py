@@ -83,6 +83,43 @@ def test_an_event_loop_blocked_or_busy_is_a_stall_with_its_stack(engine):
     assert not [stack for stack in s.folded() if "sampler._stalls:_timed" in stack]
 
 
+class Job:
+    """A host object whose repr raises (or would take long): a stall must not ask for it."""
+
+    reprs = 0
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def __repr__(self):
+        Job.reprs += 1
+        raise RuntimeError("repr not supported")
+
+    def run(self):
+        time.sleep(0.08)
+
+
+def test_describing_a_stalled_callback_never_calls_into_the_hosts_objects():
+    import functools
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        loop.call_soon(Job(list(range(1000))).run)
+        loop.call_soon(functools.partial(Job.run, Job([])))
+        loop.call_soon(done.set_result, None)
+        await done
+
+    s = sampler.start(port="none")
+    try:
+        asyncio.run(main())  # the loop lives: before, the repr's error came out of the loop
+        whats = sorted(st["what"] for st in stalls_of(s, "event-loop"))
+    finally:
+        sampler.stop()
+    assert whats == ["callback Job.run", "callback partial(Job.run)"]
+    assert Job.reprs == 0
+
+
 def hold_the_gil():
     time.sleep(0.1)  # the watcher looks at the threads a few times meanwhile
     math.factorial(120_000)  # C code that never lets the GIL go
