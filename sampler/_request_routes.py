@@ -31,7 +31,8 @@ MAX_QUEUE = 3600.0
 
 def queue_delay(header: str, now: float) -> float | None:
     """Seconds between a request-start header (``t=...`` or a bare number, in seconds, ms, us
-    or ns since the epoch, told apart by magnitude) and ``now``; None if it is not one."""
+    or ns since the epoch, told apart by magnitude) and ``now``, 0 if it is later than ``now``;
+    None if it is not one."""
     try:  # float() takes the white space around; most proxies write t= and seconds
         value = float(header[2:] if header.startswith("t=") else header)
     except ValueError:
@@ -53,7 +54,9 @@ def queue_delay(header: str, now: float) -> float | None:
                 break
         else:
             return None
-    return delay if -MAX_QUEUE < delay < MAX_QUEUE else None
+    if not -MAX_QUEUE < delay < MAX_QUEUE:
+        return None
+    return max(delay, 0.0)  # a proxy's clock ahead of ours: no time queued, not less than none
 
 
 def _nth_slowest(chunk: list[Finished]) -> float:

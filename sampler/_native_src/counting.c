@@ -159,7 +159,10 @@ static double delay_of(double value, double now, double max_queue)
     } else {
         return NAN;
     }
-    return -max_queue < delay && delay < max_queue ? delay : NAN;
+    if (!(-max_queue < delay && delay < max_queue)) {
+        return NAN;
+    }
+    return delay > 0 ? delay : 0.0; /* a proxy's clock ahead of ours: nothing queued */
 }
 
 static PyObject *sketch_result(const sketch_run *sketch)

@@ -57,11 +57,28 @@ def document_counting(expected):
         (f" t={NOW - 2:.6f} ", 2.0),
         (f"t={int((NOW - 0.5) * 1e6)} D=1234", 0.5),  # Apache's mod_headers: %t %D
         (f"t={NOW - 0.5:.3f}, D=1234", 0.5),
-        (f"t={NOW + 0.002:.3f}", -0.002),  # the proxy's clock ahead: counted as no wait
+        (f"t={NOW + 0.002:.3f}", 0.0),  # the proxy's clock ahead: counted as no wait
     ],
 )
 def test_request_start_headers_in_every_unit(header, expected):
     assert queue_delay(header, NOW) == pytest.approx(expected, abs=1e-3)
+
+
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_a_proxy_clock_ahead_never_makes_the_total_shorter_than_the_latency(path, monkeypatch):
+    from sampler import _request_routes
+    from sampler._request_routes import Route
+
+    if path == "python":
+        monkeypatch.setattr(_request_routes, "_native", None)
+    elif _request_routes._native is None:
+        pytest.skip("the native extension is not built")
+    ahead = f"t={NOW + 0.3:.3f}"  # the proxy's clock 0.3 s ahead; each request takes 0.2 s
+    route = Route()
+    route.add_batch([("/r", 0.0, 0.2, ahead, NOW, 1, False, "200 OK", "/r")] * 5)
+    assert route.queue.count == route.queue.zero == 5
+    assert route.total.sum == pytest.approx(route.latency.sum) == pytest.approx(1.0)
+    assert route.total.zero == 0
 
 
 @pytest.mark.parametrize("header", ["", "t=", "t=abc", "t=-5", "t=nan", f"t={NOW - 7200:.0f}"])
