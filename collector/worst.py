@@ -34,10 +34,15 @@ from sampler.profile import align_down
 __all__ = ["WorstCases"]
 
 log = logging.getLogger("collector.worst")
-# Bounds on what one read may add: the sampler keeps 500 stalls, 200 routes, 50 stacks a stall.
+# Bounds on what one read may add: the sampler keeps 500 stalls, 50 stacks a stall, and 200
+# routes besides [other] (the rest) and [unmatched].
 MAX_STALLS = 500
-MAX_ROUTES = 200
+MAX_ROUTES = 202
 MAX_BYTES = 8_000_000
+
+
+# A cursor to move on once what was read is written: (the cursors, a target, its new value).
+_Seen = tuple[dict[str, Any], str, Any]
 
 
 class WorstCases:
@@ -66,10 +71,12 @@ class WorstCases:
         self._requests_seen: dict[str, tuple[str, dict[str, dict[str, Any]]]] = {}
 
     def poll(self, targets: Sequence[Target], now: float) -> dict[str, int]:
-        """Reads every target once and stores what is new; returns what was stored."""
+        """Reads every target once and stores what is new; returns what was stored. What a
+        read takes as seen (the stall ids, the routes' cumulative figures) is noted only once
+        the write has committed: a write that fails leaves it to be read again next time."""
         results = list(self._pool.map(self._read, targets))
-        stalls = [row for rows, _ in results for row in rows]
-        buckets = [row for _, rows in results for row in rows]
+        stalls = [row for rows, _, _ in results for row in rows]
+        buckets = [row for _, rows, _ in results for row in rows]
         bucket = align_down(int(now), self.bucket_seconds)
         for row in buckets:
             row["bucket"] = bucket
@@ -77,6 +84,9 @@ class WorstCases:
             with self.store.engine.write_transaction() as conn:
                 self.store.engine.insert_ignore(conn, schema.stall_events, stalls)
                 self._add_buckets(conn, buckets)
+        for _, _, seen in results:
+            for cursors, address, value in seen:
+                cursors[address] = value
         return {"stalls": len(stalls), "request_buckets": len(buckets)}
 
     def apply_retention(self, before: float) -> None:
@@ -96,12 +106,13 @@ class WorstCases:
 
     # Reading one target ---------------------------------------------------------------------
 
-    def _read(self, target: Target) -> tuple[list[dict], list[dict]]:
+    def _read(self, target: Target) -> tuple[list[dict], list[dict], list[_Seen]]:
         stalls: list[dict] = []
         buckets: list[dict] = []
+        seen: list[_Seen] = []  # the cursors to move on once written
         for name, read in (("stalls", self._stall_rows), ("requests", self._request_rows)):
             try:
-                (stalls if name == "stalls" else buckets).extend(read(target))
+                (stalls if name == "stalls" else buckets).extend(read(target, seen))
             except requests.RequestException as exc:
                 log.debug("worst cases: %s of %s: %s", name, target.address, exc)
             except (BadDocument, SketchError, ValueError, TypeError, KeyError) as exc:
@@ -112,7 +123,7 @@ class WorstCases:
                     target=target.address,
                     error=str(exc)[:200],
                 )
-        return stalls, buckets
+        return stalls, buckets, seen
 
     def _get(self, target: Target, path: str) -> Any:
         session = getattr(self._local, "session", None)
@@ -128,7 +139,7 @@ class WorstCases:
             raise BadDocument(f"larger than {MAX_BYTES} bytes")
         return answer.json()
 
-    def _stall_rows(self, target: Target) -> list[dict]:
+    def _stall_rows(self, target: Target, seen: list[_Seen]) -> list[dict]:
         instance, after = self._stalls_next.get(target.address, ("", 0))
         document = self._get(target, f"/stalls.json?since={after}")
         if document is None:
@@ -142,10 +153,10 @@ class WorstCases:
         rows = [
             stall_row(stall, read_instance, labels) for stall in document["stalls"][:MAX_STALLS]
         ]
-        self._stalls_next[target.address] = (read_instance, int(document["next"]) - 1)
+        seen.append((self._stalls_next, target.address, (read_instance, int(document["next"]) - 1)))
         return rows
 
-    def _request_rows(self, target: Target) -> list[dict]:
+    def _request_rows(self, target: Target, seen_now: list[_Seen]) -> list[dict]:
         document = self._get(target, "/requests.json")
         if document is None:
             return []
@@ -158,7 +169,16 @@ class WorstCases:
         if seen_series != series:
             seen = {}  # a new process or fork: everything it counted is new
         rows, current = [], {}
-        for route, part in list(document["routes"].items())[:MAX_ROUTES]:
+        routes = list(document["routes"].items())
+        if len(routes) > MAX_ROUTES:
+            log_event(
+                log,
+                logging.WARNING,
+                f"worst cases: /requests.json lists more routes than {MAX_ROUTES}; the rest skipped",
+                target=target.address,
+                routes=len(routes),
+            )
+        for route, part in routes[:MAX_ROUTES]:
             if not isinstance(part, dict):
                 raise BadDocument(f"route {route[:60]!r} is not an object")
             current[route] = part
@@ -184,7 +204,7 @@ class WorstCases:
                     host=labels.get("host", target.host),
                 )
                 rows.append(row)
-        self._requests_seen[target.address] = (series, current)
+        seen_now.append((self._requests_seen, target.address, (series, current)))
         return rows
 
     # Writing -------------------------------------------------------------------------------

@@ -285,6 +285,51 @@ def test_a_route_no_sampler_sends_is_skipped_and_the_others_stored(servers, logs
     assert stored_routes == ["/fine"]
 
 
+def test_every_route_a_sampler_sends_is_kept_other_and_unmatched_too(servers, logs, sqlite_url):
+    # A sampler names 200 routes, then counts the rest as [other], beside [unmatched]: the
+    # collector kept the first 200 it read, and [other] comes last.
+    names = [f"/r{i}" for i in range(200)] + ["[unmatched]", "[other]"]
+    routes = {name: route_part([[-230, 1]]) for name in names}
+    document = {"format": "fleetflame.requests/1", "series": "s1", "routes": routes}
+    server = serving_requests(servers, document)
+    store = Store(sqlite_url)
+    store.migrate()
+    worst = WorstCases(store)
+    try:
+        stored = worst.poll([Target("127.0.0.1", server.port)], time.time())
+    finally:
+        worst.close()
+        store.close()
+    assert stored["request_buckets"] == 202
+    assert not logs.matching("more routes than")
+
+
+@pytest.mark.alone
+def test_what_a_failed_write_read_is_read_again_when_the_database_is_back(worker, pg_url):
+    from storehelpers import TcpProxy
+
+    from collector.store import StoreUnavailable
+
+    proxy = TcpProxy(target_port=5432)
+    proxy.start()
+    store = Store(pg_url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}"), connect_timeout=2)
+    store.migrate()
+    worst = WorstCases(store)
+    try:
+        now = time.time() - 2
+        proxy.stop()  # the database goes away as the stalls and requests are read
+        with pytest.raises(StoreUnavailable):
+            worst.poll([worker], now)
+        proxy.start()
+        stored = worst.poll([worker], now + 1)
+    finally:
+        worst.close()
+        store.close()
+        proxy.stop()
+    # Before, the failed write's reads counted as seen: none of it came again.
+    assert stored["stalls"] >= 3 and stored["request_buckets"] == 40
+
+
 def test_malformed_slowest_requests_cost_only_themselves(servers, logs, sqlite_url):
     # Entries that are no request (not an object, no id, an id that cannot be compared, a
     # duration that is no number) are left out; the good one is kept, and a second read in
