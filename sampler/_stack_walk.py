@@ -154,3 +154,17 @@ def hide_code(code: Any, engine: str) -> None:
         from . import _native
 
         _native.hide_code(code)
+
+
+def folded_stack(frame: FrameType | None) -> str:
+    """Returns the folded stack of ``frame`` and its callers (hidden code left out)."""
+    from .profile import escape_frame
+
+    names = []
+    while frame is not None:
+        if id(frame.f_code) not in HIDDEN_CODE_IDS:
+            module = frame.f_globals.get("__name__") or frame.f_code.co_filename
+            qualname = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+            names.append(escape_frame(f"{module}:{qualname}"))
+        frame = frame.f_back
+    return ";".join(reversed(names))

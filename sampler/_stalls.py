@@ -33,12 +33,10 @@ from collections import deque
 from ._log import log
 from ._osthread import own_thread
 from ._stall_kinds import TIMED, gil_what
-from .profile import escape_frame
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from types import FrameType
     from typing import Any
 
     from ._core import Sampler
@@ -115,6 +113,7 @@ class StallWatcher:
         self._running: dict[int, tuple[str, float]] = {}
         # thread ident -> (the start of the call it was read in, its stacks read since)
         self._wall: dict[int, tuple[float, list[tuple[float, str]]]] = {}
+        self._texts: dict[str, str] = {}  # those stacks' distinct texts, each kept once
         # (module, class, method) -> the original method, for what is wrapped now
         self._wrapped: dict[tuple[str, str, str], Any] = {}
         self._modules_seen = 0
@@ -267,7 +266,10 @@ class StallWatcher:
             if now - started > self.limit(kind) - lead
         ]
         if not watched and not self._wall:
+            self._texts.clear()  # no call is read: the stacks' texts kept once go
             return
+        from ._stack_walk import folded_stack
+
         frames = sys._current_frames()
         for ident, started in watched:
             frame = frames.get(ident)
@@ -276,7 +278,8 @@ class StallWatcher:
                 read = []
                 self._wall[ident] = (started, read)
             if frame is not None and len(read) < MAX_WALL_READS:
-                read.append((now, _folded(frame)))
+                text = folded_stack(frame)  # each text kept once: a stalled thread's repeats
+                read.append((now, self._texts.setdefault(text, text)))
         for ident in [ident for ident in self._wall if ident not in frames]:
             del self._wall[ident]  # the thread has ended
 
@@ -373,19 +376,6 @@ def _hide(code: Any, sampler: Sampler) -> None:
     from ._stack_walk import hide_code
 
     hide_code(code, sampler.engine.name)
-
-
-def _folded(frame: FrameType | None) -> str:
-    from ._stack_walk import HIDDEN_CODE_IDS
-
-    names = []
-    while frame is not None:
-        if id(frame.f_code) not in HIDDEN_CODE_IDS:
-            module = frame.f_globals.get("__name__") or frame.f_code.co_filename
-            qualname = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
-            names.append(escape_frame(f"{module}:{qualname}"))
-        frame = frame.f_back
-    return ";".join(reversed(names))
 
 
 def _thread_name(ident: int | None) -> str:
