@@ -2,6 +2,7 @@
  * finding the request-start header among the request's headers, and the ``send`` that notes
  * the response's status on its way to the server's. */
 #include "native.h"
+#include "middleware.h"
 #include "module.h"
 
 #include <stddef.h>
@@ -60,11 +61,11 @@ PyObject *native_asgi_request_start(PyObject *module, PyObject *headers)
 typedef struct {
     PyObject_HEAD
     PyObject *send;  /* the server's send */
-    PyObject *state; /* the request's [route, status] list */
+    PyObject *state; /* the request's [route, status, answered] list */
     vectorcallfunc vectorcall;
 } StatusSend;
 
-static PyObject *str_type, *str_status, *str_start, *str_get, *absent;
+static PyObject *str_type, *str_status, *str_start, *str_body, *str_more_body, *str_get, *absent;
 
 /* message.get(key): a new reference; NULL with *failed 0 when absent, NULL with *failed 1 and
  * an exception set on error. A mapping other than a dict is asked with a default of its own,
@@ -84,8 +85,31 @@ static PyObject *message_get(PyObject *message, PyObject *key, int *failed)
     return value;
 }
 
-/* Notes the status of an http.response.start message, as the Python path's send does:
- * state[1] = message.get("status", 0). */
+/* state[2] = now, at the answer's last body message: the request's end, before any
+ * background task the app runs after it. */
+static int note_answered(StatusSend *self, PyObject *message)
+{
+    int failed;
+    PyObject *more = message_get(message, str_more_body, &failed);
+    if (failed) {
+        return -1;
+    }
+    int more_coming = more != NULL ? PyObject_IsTrue(more) : 0;
+    Py_XDECREF(more);
+    if (more_coming != 0) {
+        return more_coming < 0 ? -1 : 0;
+    }
+    PyObject *now = PyFloat_FromDouble(monotonic_now());
+    if (now == NULL) {
+        return -1;
+    }
+    int set = PySequence_SetItem(self->state, 2, now);
+    Py_DECREF(now);
+    return set;
+}
+
+/* Notes what the Python path's send does: state[1] = message.get("status", 0) from an
+ * http.response.start message, and the time of the last http.response.body one. */
 static int note_status(StatusSend *self, PyObject *message)
 {
     int failed;
@@ -93,8 +117,13 @@ static int note_status(StatusSend *self, PyObject *message)
     if (failed) {
         return -1;
     }
-    int start = kind != NULL && PyUnicode_Check(kind) && PyUnicode_Compare(kind, str_start) == 0;
+    int is_str = kind != NULL && PyUnicode_Check(kind);
+    int start = is_str && PyUnicode_Compare(kind, str_start) == 0;
+    int body = is_str && !start && PyUnicode_Compare(kind, str_body) == 0;
     Py_XDECREF(kind);
+    if (body) {
+        return note_answered(self, message);
+    }
     if (!start) {
         return 0;
     }
@@ -203,6 +232,8 @@ int asgi_add_types(PyObject *module)
     if ((str_type = PyUnicode_InternFromString("type")) == NULL ||
         (str_status = PyUnicode_InternFromString("status")) == NULL ||
         (str_start = PyUnicode_InternFromString("http.response.start")) == NULL ||
+        (str_body = PyUnicode_InternFromString("http.response.body")) == NULL ||
+        (str_more_body = PyUnicode_InternFromString("more_body")) == NULL ||
         (str_get = PyUnicode_InternFromString("get")) == NULL ||
         (absent = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type)) == NULL ||
         PyType_Ready(&StatusSendType) < 0) {

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     Receive = Callable[[], Awaitable[Any]]
     Send = Callable[[Any], Awaitable[None]]
 
-# Where a request's state, [route, status], waits in its scope for the route's wrapper.
+# Where a request's state, [route, status, answered], waits in its scope for the route's
+# wrapper (answered: the monotonic time of the answer's last body message, or 0.0).
 KEY = "fleetflame.request"
 _HEADERS = (b"x-request-start", b"x-queue-start")
 # How far down the chain of wrapped apps (``.app``) the router is looked for.
@@ -56,7 +57,8 @@ def _coroutine_marks() -> dict[str, object]:
 
 class PythonStatusSend:
     """The send a request's app is given: notes the response's status in ``state[1]`` and
-    returns the server's send's awaitable."""
+    when its last body message was sent in ``state[2]`` (the request's end: an app may run
+    background tasks after it, as Starlette's do), and returns the server's send's awaitable."""
 
     __slots__ = ("send", "state")
 
@@ -65,8 +67,11 @@ class PythonStatusSend:
         self.state = state
 
     def __call__(self, message: Any) -> Awaitable[None]:
-        if message.get("type") == "http.response.start":
+        kind = message.get("type")
+        if kind == "http.response.start":
             self.state[1] = message.get("status", 0)
+        elif kind == "http.response.body" and not message.get("more_body", False):
+            self.state[2] = monotonic()
         return self.send(message)
 
 
@@ -117,7 +122,7 @@ class ASGIMiddleware:
         started = monotonic()
         header = self.request_start(scope.get("headers") or ())
         wall = time.time() if header else 0.0
-        state: list[Any] = [None, 0]
+        state: list[Any] = [None, 0, 0.0]
         scope[KEY] = state
         tag = None
         if not self._routed:
@@ -127,7 +132,8 @@ class ASGIMiddleware:
         try:
             await self.app(scope, receive, self.status_send(send, state))
         except BaseException:
-            state[1] = 0
+            if not state[2]:  # failed before its answer was out (after: the client had it)
+                state[1] = 0
             raise
         finally:
             if tag is not None:
@@ -136,7 +142,7 @@ class ASGIMiddleware:
                 (
                     state[0] or UNMATCHED,
                     started,
-                    monotonic() - started,
+                    (state[2] or monotonic()) - started,
                     header,
                     wall,
                     get_ident(),

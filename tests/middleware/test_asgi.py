@@ -53,7 +53,7 @@ def test_the_send_an_app_is_given_passes_for_a_coroutine_function(asgi_middlewar
         return None
 
     middleware = asgi_middleware(plain_app)  # the first marks the sends
-    status_send = middleware.status_send(send, [None, 0])
+    status_send = middleware.status_send(send, [None, 0, 0.0])
     assert asyncio.iscoroutinefunction(status_send)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -69,13 +69,39 @@ def test_a_send_by_keyword_or_of_another_mapping_notes_the_status(asgi_middlewar
     async def send(message):
         sent.append(message)
 
-    state = [None, 0]
+    state = [None, 0, 0.0]
     status_send = asgi_middleware.status_send(send, state)
     asyncio.run(status_send(message={"type": "http.response.start", "status": 204}))
     assert state[1] == 204
     chained = collections.ChainMap({"type": "http.response.start", "status": None})
     asyncio.run(status_send(chained))
     assert state[1] is None and len(sent) == 2
+    asyncio.run(status_send({"type": "http.response.body", "body": b"a", "more_body": True}))
+    assert state[2] == 0.0  # more to come: not answered yet
+    before = time.monotonic()
+    asyncio.run(status_send(message={"type": "http.response.body", "body": b"b"}))
+    assert before <= state[2] <= time.monotonic()
+
+
+async def background_app(scope, receive, send):
+    """Answers at once, then works on, as Starlette's background tasks do; /late-fail raises
+    after its answer is out."""
+    await send({"type": "http.response.start", "status": 201})
+    await send({"type": "http.response.body", "body": b"ok"})
+    await asyncio.sleep(0.3)
+    if scope["path"] == "/late-fail":
+        raise RuntimeError("planted")
+
+
+def test_a_request_ends_with_its_answer_not_with_its_background_work(asgi_middleware):
+    app = asgi_middleware(background_app)
+    call(app, "/later")
+    call(app, "/late-fail")
+    routes = records(2)
+    for route in ("/later", "/late-fail"):
+        (request,) = routes[route]["slowest"]
+        assert request["duration"] < 0.2, request  # was the 0.3 s of work after the answer
+        assert request["status"] == 201  # the client had its answer, whatever came after
 
 
 async def plain_app(scope, receive, send):
