@@ -49,6 +49,7 @@ typedef struct {
     PyObject *environ;
     PyObject *start_response;
     PyObject *body;
+    PyObject *iterator; /* the body's, once the server asked for it */
     PyObject *header; /* the request-start header, or None */
     PyObject *status; /* what the app passed to start_response; 0 until then or if it raised */
     PyObject *route;  /* once routed (or from the path), else NULL */

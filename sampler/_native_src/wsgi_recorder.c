@@ -110,5 +110,6 @@ int request_finish(WSGIRequest *request)
      * let go of both, so the cycle's objects are freed now, not by the next collection. */
     Py_CLEAR(request->environ);
     Py_CLEAR(request->body);
+    Py_CLEAR(request->iterator);
     return failed ? -1 : 0;
 }

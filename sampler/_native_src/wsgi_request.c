@@ -24,6 +24,7 @@ WSGIRequest *request_new(WSGIWrapper *wrapper, PyObject *environ, PyObject *star
     request->environ = Py_NewRef(environ);
     request->start_response = Py_NewRef(start_response);
     request->body = NULL;
+    request->iterator = NULL;
     request->route = NULL;
     request->header = NULL;
     request->status = Py_NewRef(zero);
@@ -62,6 +63,7 @@ static int request_traverse(WSGIRequest *request, visitproc visit, void *arg)
     Py_VISIT(request->environ);
     Py_VISIT(request->start_response);
     Py_VISIT(request->body);
+    Py_VISIT(request->iterator);
     Py_VISIT(request->header);
     Py_VISIT(request->status);
     Py_VISIT(request->route);
@@ -77,6 +79,7 @@ static int request_clear(WSGIRequest *request)
     Py_CLEAR(request->environ);
     Py_CLEAR(request->start_response);
     Py_CLEAR(request->body);
+    Py_CLEAR(request->iterator);
     Py_CLEAR(request->header);
     Py_CLEAR(request->status);
     Py_CLEAR(request->route);
@@ -126,13 +129,33 @@ static PyObject *request_vectorcall(PyObject *self, PyObject *const *args, size_
     return PyObject_Vectorcall(request->start_response, passed, 3, NULL);
 }
 
+/* The server iterates the request, which iterates the body: an answer that breaks off (the
+ * body raises) is a failed request, as one whose app raised. */
 static PyObject *request_iter(WSGIRequest *request)
 {
     if (request->body == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the request has no body yet");
         return NULL;
     }
-    return PyObject_GetIter(request->body);
+    if (request->iterator == NULL) {
+        request->iterator = PyObject_GetIter(request->body);
+        if (request->iterator == NULL) {
+            return NULL;
+        }
+    }
+    return Py_NewRef((PyObject *)request);
+}
+
+static PyObject *request_next(WSGIRequest *request)
+{
+    if (request->iterator == NULL) {
+        return NULL; /* over: handed over, or never iterated */
+    }
+    PyObject *chunk = (*Py_TYPE(request->iterator)->tp_iternext)(request->iterator);
+    if (chunk == NULL && PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_StopIteration)) {
+        Py_XSETREF(request->status, Py_NewRef(zero));
+    }
+    return chunk;
 }
 
 /* Closes the app's body, then hands the finished request over (even if closing raised). */
@@ -225,6 +248,7 @@ PyTypeObject WSGIRequestType = {
     .tp_clear = (inquiry)request_clear,
     .tp_call = (ternaryfunc)request_call,
     .tp_iter = (getiterfunc)request_iter,
+    .tp_iternext = (iternextfunc)request_next,
     .tp_methods = request_methods,
     .tp_getset = request_getset,
 };

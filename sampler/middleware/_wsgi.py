@@ -72,7 +72,11 @@ class _Request:
         return self.start_response(status, headers, exc_info)
 
     def __iter__(self) -> Iterator[bytes]:
-        return iter(self.body)
+        try:
+            yield from self.body
+        except Exception:
+            self.status = 0  # the answer broke off: a failed request, as if the app raised
+            raise
 
     def close(self) -> None:
         try:

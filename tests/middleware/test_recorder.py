@@ -2,6 +2,8 @@
 labels, and what a request's time covers."""
 
 import asyncio
+import contextlib
+import http.client
 import sys
 import threading
 import time
@@ -128,6 +130,14 @@ def plain_app(environ, start_response):
 
         start_response("200 OK", [("Content-Type", "text/plain")])
         return chunks()
+    if path == "/broken":  # the answer breaks off: its status was sent, its body never ends
+
+        def broken():
+            yield b"chunk"
+            raise RuntimeError("the database went away mid-stream")
+
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return broken()
     status = "500 Internal Server Error" if path == "/error" else "200 OK"
     start_response(status, [("Content-Type", "text/plain")])
     return [b"ok"]
@@ -155,11 +165,14 @@ def test_errors_exceptions_and_streamed_bodies(wsgi_middleware):
         assert serving.get("/error")[0] == 500
         assert serving.get("/raise")[0] == 500  # wsgiref answers the exception
         assert serving.get("/stream") == (200, b"chunk" * 3)
+        with contextlib.suppress(http.client.HTTPException, OSError):
+            serving.get("/broken")  # the client sees a 200 cut short
     finally:
         serving.close()
-    routes = document_counting(3)["routes"]
+    routes = document_counting(4)["routes"]
     assert routes["/error"]["errors"] == 1 and routes["/raise"]["errors"] == 1
     assert routes["/stream"]["errors"] == 0
+    assert routes["/broken"]["errors"] == 1  # it counted as a success before
     # The body is timed until the server closes it: three 50 ms chunks.
     assert routes["/stream"]["latency"]["sum"] >= 0.15
 
