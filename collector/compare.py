@@ -44,6 +44,9 @@ _DATABASE = {
 }
 
 
+_WINDOW_OPTIONS = frozenset(flag for flag in _DATABASE if flag.endswith(("-from", "-to")))
+
+
 class InputError(Exception):
     """The files given cannot be compared; the message says which and why."""
 
@@ -79,11 +82,30 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _times_joined(argv: list[str]) -> list[str]:
+    """Joins a window option to a relative time after it (``--from -2h`` as ``--from=-2h``):
+    argparse takes ``-2h`` for an option and says the window option lacks its value."""
+    joined: list[str] = []
+    words = iter(argv)
+    for word in words:
+        if word in _WINDOW_OPTIONS:
+            value = next(words, None)
+            if value is not None and value.startswith("-") and not value.startswith("--"):
+                joined.append(f"{word}={value}")
+                continue
+            joined.append(word)
+            if value is not None:
+                joined.append(value)
+            continue
+        joined.append(word)
+    return joined
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs ``fleetflame compare``; returns 1 on a significant regression, 0 on none, 2 on bad
     input."""
     parser = _parser()
-    args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+    args = parser.parse_args(_times_joined(sys.argv[1:] if argv is None else list(argv)))
     try:
         # Defaults, then the environment, then the options.
         values = text_values(SETTINGS, os.environ, env_prefix=ENV_PREFIX)

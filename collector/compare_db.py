@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from collector.query import Filters, Query
 from collector.store import Store, StoreError
-from sampler.profile import WindowError, parse_window, split_frames
+from sampler.profile import WindowError, align_up, parse_window, split_frames
 
 __all__ = ["Side", "frames_of", "read_sides", "replicates_in"]
 
@@ -97,8 +97,10 @@ def replicates_in(
     by stack id) per instance and step (``bucket`` seconds, widened so that there are at most
     ``most``, or one per instance when there are more instances), with their names
     (``instance@step start``). Empty ones are left out."""
+    start = align_up(start, bucket)  # the buckets that start in the window, as every view
+    if start >= end:
+        return [], []
     instances = query.label_values(start, end, filters).get("instance", [])
-    start -= start % bucket
     buckets = max(1, math.ceil((end - start) / bucket))
     # Each instance's window in as many steps as ``most`` leaves it (one at least).
     per_instance = max(1, most // max(1, len(instances)))
@@ -125,4 +127,4 @@ def _side(
 ) -> tuple[list[dict[int, int]], Side]:
     filters = Filters(services=(service,), labels=(label,) if label else ())
     replicates, names = replicates_in(query, filters, start, end, bucket, most)
-    return replicates, Side(start - start % bucket, end, label, names)
+    return replicates, Side(align_up(start, bucket), end, label, names)

@@ -31,7 +31,7 @@ from collector.store.reads import (
 )
 from collector.store.store import Store
 from collector.store.tiers import Segment, TierState, plan
-from sampler.profile import Node, Profile, build_tree, rescale
+from sampler.profile import DEFAULT_INTERVAL, Node, Profile, build_tree, rescale
 
 __all__ = ["Filters", "FunctionStat", "Query", "StackCounts", "unknown_stack"]
 
@@ -126,7 +126,8 @@ class Query:
                 counts = read_counts(self.store.engine, conn, segments, group)
                 if counts and min(counts.values()) <= 0:
                     counts = {sid: count for sid, count in counts.items() if count > 0}
-                by_interval[group.interval] = counts
+                if counts:  # a group with no samples here must not set the window's interval
+                    by_interval[group.interval] = counts
         totals, interval = merge_intervals(by_interval)
         return StackCounts(totals, interval, tuple(sorted(by_interval)))
 
@@ -137,15 +138,18 @@ class Query:
         (keyed by instance and the step's start): the replicates of a comparison, one grouped
         query a stored resolution. Read from the instance tiers only (the fleet tiers have no
         instance), the coarsest no wider than ``step`` where it covers; where only a wider one
-        does (its finer rows expired), each of its buckets counts in the step it starts in."""
+        does (its finer rows expired), each of its buckets counts in the step it starts in.
+        Counts are samples of the finest interval read, as stack_counts counts them: a 20 ms
+        instance's samples count twice beside 10 ms ones."""
         start, end = check_window(start, end)
         filters = check_filters(filters)
         s, sr = schema.samples, schema.series
-        out: dict[tuple[str, int], dict[int, int]] = {}
+        by_interval: dict[float, dict[tuple[str, int], dict[int, int]]] = {}
         with translate_errors("reading replicates"), self.store.engine.read_transaction() as conn:
             # Rollups no wider than a step where they cover: fewer rows, the same replicates.
             segments = plan(start, end, self.store.tier_states(conn), max_width=step)
             for group in series_groups(conn, filters):
+                out = by_interval.setdefault(group.interval, {})
                 for seg in segments:
                     index = ((s.c.bucket - start) // step).label("step")
                     stmt = (
@@ -162,7 +166,16 @@ class Query:
                     for instance, k, stack, count in conn.execute(stmt):
                         counts = out.setdefault((instance, start + int(k) * step), {})
                         counts[stack] = counts.get(stack, 0) + int(count)
-        return out
+        read = {interval: out for interval, out in by_interval.items() if out}
+        finest = min(read, default=DEFAULT_INTERVAL)
+        merged: dict[tuple[str, int], dict[int, int]] = {}
+        for interval, out in read.items():
+            for key, counts in out.items():
+                scaled = rescale(counts, interval / finest)  # type: ignore[arg-type]
+                into = merged.setdefault(key, {})
+                for sid, count in scaled.items():
+                    into[sid] = into.get(sid, 0) + count  # type: ignore[call-overload]
+        return merged
 
     def stack_names(self, ids: Iterable[int]) -> dict[int, str]:
         """Returns the folded text of stacks by id (remembered, up to a million stacks; the
@@ -196,6 +209,19 @@ class Query:
     ) -> list[tuple[int, int]]:
         """Returns (bucket start, samples) of non-empty buckets, finest stored or per `step`
         seconds; samples of several intervals are counted at the finest (as stack_counts)."""
+        return self.timeline_at(start, end, filters, step)[0]
+
+    def timeline_at(
+        self,
+        start: int,
+        end: int,
+        filters: Filters = EVERYTHING,
+        step: int | None = None,
+        interval: float | None = None,
+    ) -> tuple[list[tuple[int, int]], float]:
+        """Returns the timeline (see timeline) counted in samples of ``interval`` (by default
+        the finest of the window's samples), and that interval: the lines of a split counted
+        in the unsplit timeline's samples add up to it."""
         start, end = check_window(start, end)
         filters = check_filters(filters)
         if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step <= 0):
@@ -205,13 +231,15 @@ class Query:
         with translate_errors("reading a timeline"), self.store.engine.read_transaction() as conn:
             segments = plan(start, end, self._states(conn, filters), max_width=max_width)
             for group in series_groups(conn, filters):
-                by_interval[group.interval] = read_points(conn, segments, group, step)
-        finest = min(by_interval, default=1.0)
-        points: dict[int, int] = {}
-        for interval, counts in by_interval.items():
-            for bucket, count in rescale(counts, interval / finest).items():  # type: ignore[arg-type]
-                points[bucket] = points.get(bucket, 0) + count  # type: ignore[call-overload]
-        return sorted(points.items())
+                points = read_points(conn, segments, group, step)
+                if points:  # as in stack_counts: only samples of the window set its interval
+                    by_interval[group.interval] = points
+        unit = interval if interval is not None else min(by_interval, default=DEFAULT_INTERVAL)
+        merged: dict[int, int] = {}
+        for group_interval, counts in by_interval.items():
+            for bucket, count in rescale(counts, group_interval / unit).items():  # type: ignore[arg-type]
+                merged[bucket] = merged.get(bucket, 0) + count  # type: ignore[call-overload]
+        return sorted(merged.items()), unit
 
     def top_functions(
         self, start: int, end: int, filters: Filters = EVERYTHING, limit: int = 50

@@ -59,9 +59,9 @@ def function_series() -> Response:
     points: list[dict[str, Any]] = []
     deploys: list[dict[str, Any]] = []
     seen: list[str] | None = None
-    start = selection.start - selection.start % bucket
-    for t in range(start, selection.end, step):
-        counts = query.profile(t, t + step, filters)
+    # The buckets that start in [from, to), as every view reads (api._read_from).
+    for t in range(api._read_from(selection), selection.end, step):
+        counts = query.profile(t, min(t + step, selection.end), filters)
         total = sum(counts.values())
         samples = sum(
             count
@@ -74,7 +74,9 @@ def function_series() -> Response:
             points.append(
                 {"t": _iso(t), "share": samples / total, "samples": samples, "total": total}
             )
-        values = sorted(query.label_values(t, t + step, filters).get(deploy_label, []))
+        values = sorted(
+            query.label_values(t, min(t + step, selection.end), filters).get(deploy_label, [])
+        )
         if values and seen is not None and seen and values != seen:
             deploys.append(
                 {
@@ -132,11 +134,10 @@ def time_order() -> Response:
 
     def compute() -> dict[str, Any]:
         query, filters = database.query, db.filters_of(selection)
-        start = selection.start - selection.start % bucket
         with paused_gc():
             reads = [
                 (t, query.read(t, min(t + step, selection.end), filters))
-                for t in range(start, selection.end, step)
+                for t in range(api._read_from(selection), selection.end, step)
             ]
             reads = [(t, read) for t, read in reads if read.counts]
             # Every count at the finest interval read, so each stands for the same time.

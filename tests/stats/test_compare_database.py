@@ -110,6 +110,14 @@ def test_the_same_version_in_two_windows_finds_nothing(fleet, capsys):
     assert not [f for f in json.loads(out)["findings"] if f["significant"]]
 
 
+def test_relative_windows_are_read_as_the_documentation_writes_them(fleet, capsys):
+    # docs/regressions.md: --a-from -2h ... argparse took -2h for an option (exit 2).
+    for window in (["--from", "-1h", "--to", "now"], ["--a-from", "-2h", "--b-from", "-1h"]):
+        status, _, err = compare(capsys, fleet, "version:1.4.1", "version:1.4.2", *window)
+        assert "expected one argument" not in err
+        assert status == 2 and "no samples of shop" in err  # the fleet is years ago: read
+
+
 def test_an_empty_side_is_a_clear_error(fleet, capsys):
     status, _, err = compare(capsys, fleet, "version:0.9", "version:1.4.2", *HOUR)
     assert status == 2 and "side A has no samples of shop" in err

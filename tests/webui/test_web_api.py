@@ -300,6 +300,58 @@ def test_a_window_mixing_intervals_counts_at_the_finest(db_url):
     app.extensions["fleetflame_db"].close()
 
 
+def test_intervals_of_other_windows_and_of_each_side_count_as_they_should(db_url):
+    from webui import create_app
+
+    store = Store(db_url)
+    store.migrate()
+    rows = [r for r in fleet_rows(minutes=2) if r.host == "job-1"]
+    store.write(rows)  # 100 Hz: 5 samples of jobs:resize a minute
+    stack, labels = rows[0].stack, rows[0].labels
+    # A 200 Hz worker two days before: none of its samples is in the windows below, and it
+    # made them count in 5 ms samples (every count doubled).
+    store.write([SampleRow(T0 - 2 * 86400, "cpu", "worker", "old", "o1", labels, stack, 9, 0.005)])
+    # A 50 Hz worker in the second minute: 4 samples are 8 of 10 ms.
+    store.write([SampleRow(T0 + 60, "cpu", "worker", "job-2", "j2", labels, stack, 4, 0.02)])
+    store.close()
+    app = create_app({"DATABASE_URL": db_url})
+    client = app.test_client()
+    first = f"from={T0}&to={T0 + 60}"
+    graph = client.get(f"/api/flamegraph?{first}").get_json()
+    assert (graph["total"], graph["interval"]) == (5, 0.01)
+    assert client.get(f"/api/timeline?{first}").get_json()["total"] == 5
+    # Split by host, each line counted in the whole timeline's samples: they add up to it.
+    both = f"from={T0}&to={T0 + 120}"
+    timeline = client.get(f"/api/timeline?{both}&split=host").get_json()
+    lines = {line["value"]: line["total"] for line in timeline["series"]}
+    assert lines == {"job-1": 10, "job-2": 8} and timeline["total"] == 18
+    # The significance test's replicates count as the diff does: 20 ms samples twice.
+    second = f"a_from={T0}&a_to={T0 + 60}&b_from={T0 + 60}&b_to={T0 + 120}"
+    diff = client.get(f"/api/diff?{second}").get_json()
+    assert (diff["total_a"], diff["total_b"]) == (5, 13)
+    app.extensions["fleetflame_db"].close()
+    from collector.compare_db import replicates_in
+    from collector.query import Filters, Query
+
+    with Store(db_url) as store:
+        replicates, _ = replicates_in(Query(store), Filters(), T0 + 60, T0 + 120)
+    assert sorted(sum(counts.values()) for counts in replicates) == [5, 8]
+
+
+def test_history_views_read_the_buckets_that_start_in_the_window(client):
+    # `from` 30 s into a minute: that minute is not read, by the flamegraph or by these.
+    window = f"from={T0 + 630}&to={T0 + 1200}"
+    total = client.get(f"/api/flamegraph?{window}").get_json()["total"]
+    assert total == sum(expected(minutes=20).values()) - sum(expected(minutes=11).values())
+    order = client.get(f"/api/time-order?{window}").get_json()
+    assert order["tree"]["value"] == total
+    series = client.get(f"/api/function-series?{window}&function=json:dumps").get_json()
+    assert sum(point["total"] for point in series["points"]) == total
+    # A window of 121 minutes reads in steps of two: the last step stops at `to`.
+    long = client.get(f"/api/function-series?from={T0 - 3600}&to={T0 + 1260}&function=json:dumps")
+    assert sum(p["total"] for p in long.get_json()["points"]) == sum(expected(minutes=21).values())
+
+
 def test_the_timeline_split_by_a_label_has_a_line_per_value(client):
     body = client.get(f"/api/timeline?{HOUR}&split=version").get_json()
     values = {s["value"]: s for s in body["series"]}
