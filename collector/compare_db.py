@@ -12,9 +12,12 @@ are not independent draws, so the unit is the (instance, bucket) profile, not th
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import sqlalchemy as sa
 
 from collector.query import Filters, Query
 from collector.store import Store, StoreError
@@ -50,6 +53,9 @@ def read_sides(
 ) -> tuple[list[dict[str, int]], list[dict[str, int]], Side, Side]:
     """Reads sides "a" and "b" from the store at ``url``: their replicates and descriptions."""
     now = int(time.time())
+    missing = _missing_sqlite_file(url)
+    if missing is not None:  # opening it would make an empty one
+        raise SideError(f"no database at {missing} (--database-url {url})")
     try:
         store = Store(url)
     except StoreError as exc:
@@ -74,6 +80,18 @@ def read_sides(
         store.close()
     folded = [[{text[sid]: n for sid, n in counts.items()} for counts in side] for side in (a, b)]
     return folded[0], folded[1], side_a, side_b
+
+
+def _missing_sqlite_file(url: str) -> str | None:
+    """The path of a SQLite URL's file when there is none (None for other URLs)."""
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        return None  # Store names what is wrong with the URL
+    path = parsed.database
+    if not parsed.get_backend_name() == "sqlite" or not path or path == ":memory:":
+        return None
+    return None if os.path.exists(path) else path
 
 
 def _label(text: str | None, side: str) -> tuple[str, str] | None:

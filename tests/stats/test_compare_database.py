@@ -118,6 +118,13 @@ def test_relative_windows_are_read_as_the_documentation_writes_them(fleet, capsy
         assert status == 2 and "no samples of shop" in err  # the fleet is years ago: read
 
 
+def test_a_sqlite_file_that_is_not_there_is_named_and_not_made(tmp_path, capsys):
+    missing = tmp_path / "nope.db"
+    status = main(["--database-url", f"sqlite:///{missing}", "--service", "shop"])
+    assert status == 2 and f"no database at {missing}" in capsys.readouterr().err
+    assert not missing.exists()  # opening it made an empty file before
+
+
 def test_an_empty_side_is_a_clear_error(fleet, capsys):
     status, _, err = compare(capsys, fleet, "version:0.9", "version:1.4.2", *HOUR)
     assert status == 2 and "side A has no samples of shop" in err
