@@ -120,7 +120,10 @@ def test_relative_windows_are_read_as_the_documentation_writes_them(fleet, capsy
 
 def test_a_sqlite_file_that_is_not_there_is_named_and_not_made(tmp_path, capsys):
     missing = tmp_path / "nope.db"
-    status = main(["--database-url", f"sqlite:///{missing}", "--service", "shop"])
+    url = f"sqlite:///{missing}"
+    status = main(
+        ["--database-url", url, "--service", "shop", "--a-label", "v:1", "--b-label", "v:2"]
+    )
     assert status == 2 and f"no database at {missing}" in capsys.readouterr().err
     assert not missing.exists()  # opening it made an empty file before
 
