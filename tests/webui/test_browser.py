@@ -494,6 +494,20 @@ def test_one_time_zone_everywhere_utc_unless_chosen(server, browser):
         context.close()
 
 
+def test_a_grafana_link_in_milliseconds_is_shown_and_applied_as_its_time(server, page):
+    # Grafana's links give epoch milliseconds: the inputs showed the year 58880, and Apply
+    # then sent that back (a 400).
+    open_view(page, f"{server}/?from={T0 * 1000}&to={(T0 + 3600) * 1000}")
+    assert page.input_value("#from") == datetime.fromtimestamp(T0, timezone.utc).isoformat()
+    page.click("#apply")
+    page.wait_for_selector("body[data-state=ready]")
+    assert (
+        page.locator("#window-text")
+        .inner_text()
+        .startswith(datetime.fromtimestamp(T0, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"))
+    )
+
+
 def test_compare_previous_version_in_one_click_colours_by_self_change(server, page):
     open_view(page, f"{server}/compare?{WINDOW}&service=api")
     page.click("#preset-version")

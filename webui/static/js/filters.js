@@ -70,7 +70,9 @@ function fillLabelValues () {
 export async function refreshFilters (selection) {
   const p = params()
   // Epoch seconds in a link are shown as ISO 8601 in the chosen zone; relative times as typed.
-  const shown = value => /^\d+$/.test(value || '') ? inputTime(Number(value)) : (value || '')
+  // Above 10**11 they are milliseconds, as Grafana's links give them (and the API reads them).
+  const epoch = value => Number(value) > 1e11 ? Number(value) / 1000 : Number(value)
+  const shown = value => /^\d+$/.test(value || '') ? inputTime(epoch(value)) : (value || '')
   $('from').value = shown(p.get('from'))
   $('to').value = shown(p.get('to'))
   $('mode').value = p.get('mode') || 'cpu'
