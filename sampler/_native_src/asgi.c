@@ -2,7 +2,6 @@
  * finding the request-start header among the request's headers, and the ``send`` that notes
  * the response's status on its way to the server's. */
 #include "native.h"
-#include "middleware.h"
 #include "module.h"
 
 #include <stddef.h>
@@ -66,6 +65,7 @@ typedef struct {
 } StatusSend;
 
 static PyObject *str_type, *str_status, *str_start, *str_body, *str_more_body, *str_get, *absent;
+static PyObject *str_pathsend, *str_trailers;
 
 /* message.get(key): a new reference; NULL with *failed 0 when absent, NULL with *failed 1 and
  * an exception set on error. A mapping other than a dict is asked with a default of its own,
@@ -85,32 +85,33 @@ static PyObject *message_get(PyObject *message, PyObject *key, int *failed)
     return value;
 }
 
-/* state[2] = now, at the answer's last body message: the request's end, before any
- * background task the app runs after it. */
-static int note_answered(StatusSend *self, PyObject *message)
+/* Notes an http.response.start message: state[1] = message.get("status", 0), as the Python
+ * path's send does, and state[2] = None when trailers will follow the body (then the app's
+ * return, not the last body, ends the request). */
+static int note_start(StatusSend *self, PyObject *message)
 {
     int failed;
-    PyObject *more = message_get(message, str_more_body, &failed);
-    if (failed) {
+    PyObject *status = message_get(message, str_status, &failed);
+    if (failed || (status == NULL && (status = PyLong_FromLong(0)) == NULL)) {
         return -1;
     }
-    int more_coming = more != NULL ? PyObject_IsTrue(more) : 0;
-    Py_XDECREF(more);
-    if (more_coming != 0) {
-        return more_coming < 0 ? -1 : 0;
-    }
-    PyObject *now = PyFloat_FromDouble(monotonic_now());
-    if (now == NULL) {
+    int set = PySequence_SetItem(self->state, 1, status);
+    Py_DECREF(status);
+    PyObject *trailers = set < 0 ? NULL : message_get(message, str_trailers, &failed);
+    if (set < 0 || failed) {
         return -1;
     }
-    int set = PySequence_SetItem(self->state, 2, now);
-    Py_DECREF(now);
-    return set;
+    int later = trailers != NULL ? PyObject_IsTrue(trailers) : 0;
+    Py_XDECREF(trailers);
+    if (later <= 0) {
+        return later;
+    }
+    return PySequence_SetItem(self->state, 2, Py_None);
 }
 
-/* Notes what the Python path's send does: state[1] = message.get("status", 0) from an
- * http.response.start message, and the time of the last http.response.body one. */
-static int note_status(StatusSend *self, PyObject *message)
+/* What a message is to its request: 1 the answer's last (a body with no more to come, or a
+ * pathsend), whose send then ends the request; 0 any other; -1 on an error. */
+static int note_message(StatusSend *self, PyObject *message)
 {
     int failed;
     PyObject *kind = message_get(message, str_type, &failed);
@@ -120,21 +121,36 @@ static int note_status(StatusSend *self, PyObject *message)
     int is_str = kind != NULL && PyUnicode_Check(kind);
     int start = is_str && PyUnicode_Compare(kind, str_start) == 0;
     int body = is_str && !start && PyUnicode_Compare(kind, str_body) == 0;
+    int pathsend = is_str && !start && !body && PyUnicode_Compare(kind, str_pathsend) == 0;
     Py_XDECREF(kind);
-    if (body) {
-        return note_answered(self, message);
+    if (start) {
+        return note_start(self, message);
     }
-    if (!start) {
+    if (body) {
+        PyObject *more = message_get(message, str_more_body, &failed);
+        if (failed) {
+            return -1;
+        }
+        int more_coming = more != NULL ? PyObject_IsTrue(more) : 0;
+        Py_XDECREF(more);
+        if (more_coming != 0) {
+            return more_coming < 0 ? -1 : 0;
+        }
+    } else if (!pathsend) {
         return 0;
     }
-    PyObject *status = message_get(message, str_status, &failed);
-    if (failed || (status == NULL && (status = PyLong_FromLong(0)) == NULL)) {
+    PyObject *answered = PySequence_GetItem(self->state, 2);
+    if (answered == NULL) {
         return -1;
     }
-    int set = PySequence_SetItem(self->state, 1, status);
-    Py_DECREF(status);
-    return set;
+    int watched = answered != Py_None; /* None: trailers follow */
+    Py_DECREF(answered);
+    return watched;
 }
+
+/* sampler.middleware._asgi's _answered(sending, state): awaits the server's send of the
+ * answer's last message, then notes the time in state[2]. Bound by asgi_answered(). */
+static PyObject *answered_send;
 
 /* The message is the one argument, by position or by name (send(message=...)). */
 static PyObject *StatusSend_call(StatusSend *self, PyObject *const *args, size_t nargsf,
@@ -145,10 +161,19 @@ static PyObject *StatusSend_call(StatusSend *self, PyObject *const *args, size_t
         return NULL;
     }
     Py_ssize_t given = PyVectorcall_NARGS(nargsf) + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
-    if (given == 1 && note_status(self, args[0]) < 0) {
+    int last = given == 1 ? note_message(self, args[0]) : 0;
+    if (last < 0) {
         return NULL;
     }
-    return PyObject_Vectorcall(self->send, args, nargsf, kwnames);
+    PyObject *sending = PyObject_Vectorcall(self->send, args, nargsf, kwnames);
+    if (sending == NULL || !last || answered_send == NULL) {
+        return sending;
+    }
+    /* The request ends when the server has sent its answer: a send that fails leaves it a
+     * failure, as in the Python path. */
+    PyObject *awaited = PyObject_CallFunctionObjArgs(answered_send, sending, self->state, NULL);
+    Py_DECREF(sending);
+    return awaited;
 }
 
 static PyObject *StatusSend_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
@@ -197,7 +222,8 @@ static PyTypeObject StatusSendType = {
     .tp_call = PyVectorcall_Call,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "StatusSend(send, state): the ASGI send a request's app is given; notes the "
-              "response's status in state[1] and passes every message on to send.",
+              "response's status in state[1], passes every message on to send, and hands "
+              "the answer's last to asgi_answered's function.",
     .tp_traverse = (traverseproc)StatusSend_traverse,
     .tp_clear = (inquiry)StatusSend_clear,
     .tp_new = StatusSend_new,
@@ -227,6 +253,19 @@ PyObject *native_asgi_mark(PyObject *module, PyObject *marks)
     Py_RETURN_NONE;
 }
 
+/* asgi_answered(function): the coroutine function the send hands the answer's last message
+ * to (sampler.middleware._asgi's _answered). */
+PyObject *native_asgi_answered(PyObject *module, PyObject *function)
+{
+    (void)module;
+    if (!PyCallable_Check(function)) {
+        PyErr_SetString(PyExc_TypeError, "asgi_answered: a callable");
+        return NULL;
+    }
+    Py_XSETREF(answered_send, Py_NewRef(function));
+    Py_RETURN_NONE;
+}
+
 int asgi_add_types(PyObject *module)
 {
     if ((str_type = PyUnicode_InternFromString("type")) == NULL ||
@@ -234,6 +273,8 @@ int asgi_add_types(PyObject *module)
         (str_start = PyUnicode_InternFromString("http.response.start")) == NULL ||
         (str_body = PyUnicode_InternFromString("http.response.body")) == NULL ||
         (str_more_body = PyUnicode_InternFromString("more_body")) == NULL ||
+        (str_pathsend = PyUnicode_InternFromString("http.response.pathsend")) == NULL ||
+        (str_trailers = PyUnicode_InternFromString("trailers")) == NULL ||
         (str_get = PyUnicode_InternFromString("get")) == NULL ||
         (absent = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type)) == NULL ||
         PyType_Ready(&StatusSendType) < 0) {

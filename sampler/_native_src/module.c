@@ -68,6 +68,9 @@ static PyMethodDef methods[] = {
     {"asgi_request_start", native_asgi_request_start, METH_O,
      "asgi_request_start(headers): the value of an ASGI scope's first X-Request-Start or "
      "X-Queue-Start header, decoded as Latin-1, or None."},
+    {"asgi_answered", native_asgi_answered, METH_O,
+     "asgi_answered(function): what StatusSend hands the answer's last message's send to, "
+     "function(sending, state), to note when the request ended."},
     {"asgi_mark", native_asgi_mark, METH_O,
      "asgi_mark(marks): sets each name of the dict marks on StatusSend (asyncio's and "
      "inspect's markers of a callable that returns an awaitable)."},

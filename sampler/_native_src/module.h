@@ -57,6 +57,7 @@ PyObject *native_file_functions(PyObject *module, PyObject *args);
 
 PyObject *native_asgi_request_start(PyObject *module, PyObject *headers);
 PyObject *native_asgi_mark(PyObject *module, PyObject *marks);
+PyObject *native_asgi_answered(PyObject *module, PyObject *function);
 int asgi_add_types(PyObject *module);
 
 #endif

@@ -57,8 +57,10 @@ def _coroutine_marks() -> dict[str, object]:
 
 class PythonStatusSend:
     """The send a request's app is given: notes the response's status in ``state[1]`` and
-    when its last body message was sent in ``state[2]`` (the request's end: an app may run
-    background tasks after it, as Starlette's do), and returns the server's send's awaitable."""
+    returns the server's send's awaitable; for the answer's last message (a body with no
+    more to come, or a pathsend), one that notes in ``state[2]`` when the server has sent it:
+    the request's end (an app may run background tasks after it, as Starlette's do). When
+    trailers follow the body, ``state[2]`` is None and the app's return ends the request."""
 
     __slots__ = ("send", "state")
 
@@ -70,12 +72,24 @@ class PythonStatusSend:
         kind = message.get("type")
         if kind == "http.response.start":
             self.state[1] = message.get("status", 0)
-        elif kind == "http.response.body" and not message.get("more_body", False):
-            self.state[2] = monotonic()
+            if message.get("trailers"):
+                self.state[2] = None
+        elif self.state[2] is not None and (
+            kind == "http.response.pathsend"
+            or (kind == "http.response.body" and not message.get("more_body", False))
+        ):
+            return _answered(self.send(message), self.state)
         return self.send(message)
 
 
-if getattr(_NATIVE, "StatusSend", None) is None:
+async def _answered(sending: Awaitable[None], state: list[Any]) -> None:
+    """Awaits the server's send of the answer's last message, then notes the request's end
+    (a send that raises leaves it unanswered: a failure)."""
+    await sending
+    state[2] = monotonic()
+
+
+if getattr(_NATIVE, "asgi_answered", None) is None:
     _NATIVE = None  # an extension built before these parts: the Python ones
 _marked = False
 
@@ -91,6 +105,7 @@ def _mark_sends() -> None:
         setattr(PythonStatusSend, name, mark)
     if _NATIVE is not None:
         _NATIVE.asgi_mark(marks)
+        _NATIVE.asgi_answered(_answered)
     _marked = True
 
 
@@ -132,7 +147,7 @@ class ASGIMiddleware:
         try:
             await self.app(scope, receive, self.status_send(send, state))
         except BaseException:
-            if not state[2]:  # failed before its answer was out (after: the client had it)
+            if not state[2]:  # failed before its answer was sent (after: the client had it)
                 state[1] = 0
             raise
         finally:

@@ -2,6 +2,7 @@
 and status send, and the Python ones it falls back on): what a request's record holds."""
 
 import asyncio
+import contextlib
 import time
 
 import pytest
@@ -91,6 +92,51 @@ async def background_app(scope, receive, send):
     await asyncio.sleep(0.3)
     if scope["path"] == "/late-fail":
         raise RuntimeError("planted")
+
+
+def test_an_answer_ends_when_the_server_has_sent_it_and_a_failed_send_is_a_failure(
+    asgi_middleware,
+):
+    async def app(scope, receive, send):
+        trailers = scope["path"] == "/trailers"
+        await send({"type": "http.response.start", "status": 200, "trailers": trailers})
+        if scope["path"] == "/file":
+            await send({"type": "http.response.pathsend", "path": "/etc/hostname"})
+        else:
+            await send({"type": "http.response.body", "body": b"ok"})
+        if trailers:  # the answer ends with them: the app's return is the request's end
+            await send({"type": "http.response.trailers", "headers": [], "more_trailers": False})
+        await asyncio.sleep(0.3)  # after the answer: not the request's time
+
+    async def run(path, send):
+        scope = {"type": "http", "path": path, "headers": [], "method": "GET"}
+
+        async def receive():
+            return {"type": "http.request", "body": b""}
+
+        with contextlib.suppress(ConnectionResetError):
+            await asgi_middleware(app)(scope, receive, send)
+
+    async def slow_send(message):
+        await asyncio.sleep(0.15 if message["type"] != "http.response.start" else 0)
+
+    async def gone(message):  # the client left: the last send fails after 0.15 s
+        await slow_send(message)
+        if message["type"] != "http.response.start":
+            raise ConnectionResetError("the client went away")
+
+    asyncio.run(run("/sent", slow_send))
+    asyncio.run(run("/file", slow_send))
+    asyncio.run(run("/gone", gone))
+    asyncio.run(run("/trailers", slow_send))
+    routes = records(4)
+    (request,) = routes["/trailers"]["slowest"]
+    assert request["duration"] >= 0.3 and request["status"] == 200
+    for route in ("/sent", "/file"):
+        (request,) = routes[route]["slowest"]
+        assert 0.15 <= request["duration"] < 0.3 and request["status"] == 200
+    (request,) = routes["/gone"]["slowest"]
+    assert request["status"] == 0 and routes["/gone"]["errors"] == 1
 
 
 def test_a_request_ends_with_its_answer_not_with_its_background_work(asgi_middleware):
