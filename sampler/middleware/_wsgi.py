@@ -43,6 +43,7 @@ class _Request:
         "default",
         "start_response",
         "body",
+        "iterator",
         "tag_closed",
     )
     tag: RouteTag
@@ -58,6 +59,7 @@ class _Request:
         self.status: str | int = 0
         self.route: str | None = None
         self.body: Any = None
+        self.iterator: Any = None
         self.tag_closed = False
 
     def routed(self, template: str) -> None:
@@ -72,9 +74,20 @@ class _Request:
         return self.start_response(status, headers, exc_info)
 
     def __iter__(self) -> Iterator[bytes]:
+        # The request is the iterator the server reads (as in C): a generator here would close
+        # the body when the server drops it, and the server's close() would close it again.
+        if self.iterator is None:
+            self.iterator = iter(self.body)
+        return self
+
+    def __next__(self) -> bytes:
+        if self.iterator is None:
+            raise StopIteration
         try:
-            yield from self.body
-        except Exception:
+            return next(self.iterator)  # type: ignore[no-any-return]
+        except StopIteration:
+            raise
+        except BaseException:
             self.status = 0  # the answer broke off: a failed request, as if the app raised
             raise
 
@@ -93,7 +106,7 @@ class _Request:
             return  # handed over already
         # The environ holds this request (for the routing hook), and the body may hold the
         # environ: let go of both, so the cycle's objects are freed now, not by a collection.
-        self.environ = self.body = None
+        self.environ = self.body = self.iterator = None
         recorder.finish(
             (
                 self.route or self.default,

@@ -3,6 +3,7 @@ labels, and what a request's time covers."""
 
 import asyncio
 import contextlib
+import gc
 import http.client
 import sys
 import threading
@@ -175,6 +176,36 @@ def test_errors_exceptions_and_streamed_bodies(wsgi_middleware):
     assert routes["/broken"]["errors"] == 1  # it counted as a success before
     # The body is timed until the server closes it: three 50 ms chunks.
     assert routes["/stream"]["latency"]["sum"] >= 0.15
+
+
+def test_a_body_the_server_stops_reading_is_closed_once(wsgi_middleware):
+    # PEP 3333: close() once. A client gone after the first chunk: the server stops reading
+    # and closes the answer (gunicorn: for item in body: write(item) ... finally: close()).
+    class Body:
+        closes = 0
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            return b"chunk"
+
+        def close(self):
+            Body.closes += 1
+
+    def app(environ, start_response):
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return Body()
+
+    answer = wsgi_middleware(app)({"PATH_INFO": "/gone", "REQUEST_METHOD": "GET"}, lambda *a: None)
+    try:
+        for _chunk in answer:
+            break  # the write failed
+    finally:
+        answer.close()
+    del answer
+    gc.collect()
+    assert Body.closes == 1  # the Python path's generator closed it a second time
 
 
 def spin(seconds):
