@@ -5,8 +5,9 @@ pool thread that fetched it, as soon as it arrives, and handed to the writer. A 
 waits for a straggler: a target whose previous poll is still in flight (one that hangs or
 drips, for up to ``fetch_deadline``, or one waiting for room in the write buffer) is skipped
 by the next round, so the other targets keep their cadence. Targets whose last poll timed out
-go last in a round, and hold half the pool's threads at most: more of them than the pool has
-threads would otherwise keep every healthy target waiting for a thread.
+go last in a round, and their polls hold half the pool's threads at most (the others wait
+for one of them to end): more of them than the pool has threads would otherwise keep every
+healthy target waiting for a thread.
 
 Targets' states (the cumulative counts last seen) and the fleet's stack table are shared by
 the pool threads under one lock; a target is never polled twice at once, so its state only
@@ -18,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -55,6 +57,10 @@ class RoundReport:
     cpu_seconds: float = 0.0  # CPU of the fetches, decoding and deltas, all threads
     received_bytes: int = 0
     closed: int = 0  # range ports with nothing listening (workers not running: no failure)
+
+
+# A poll to start: its round, its target and the query of its request.
+_Job = tuple["Round", Target, str]
 
 
 class Round:
@@ -110,8 +116,10 @@ class Rounds:
         self._lock = threading.Lock()  # states, the table, the sets below
         self._in_flight: set[str] = set()
         # Targets whose last poll timed out, and when a poll of each last began: those
-        # waited longest go first.
+        # waited longest go first. Their polls running, and those waiting for one to end.
         self._slow: dict[str, float] = {}
+        self._slow_polls: set[str] = set()
+        self._slow_waiting: deque[_Job] = deque()
         self._reload: set[str] = set()  # targets whose cursor must be re-read from the store
         self._gone: set[str] = set()  # targets that left the fleet: re-read them if they return
         self._cursors_loaded = False
@@ -167,37 +175,52 @@ class Rounds:
             )
             current._done.set()
             return current
-        jobs = []
+        jobs: list[_Job] = []
+        slow_jobs: list[_Job] = []
         with self._lock:
             slow = self._slow
-            room = max(1, self.poller.concurrency // 2) - len(slow.keys() & self._in_flight)
             # The slow last, the one waiting longest first among them.
-            for target in sorted(targets, key=lambda t: (t.address in slow, slow.get(t.address))):
+            for target in sorted(
+                targets, key=lambda t: (t.address in slow, slow.get(t.address, 0))
+            ):
                 if target.address in self._in_flight:
                     current._skipped += 1
                     continue
-                if target.address in slow:
-                    if room <= 0:
-                        current._skipped += 1
-                        continue
-                    room -= 1
-                    slow[target.address] = started
                 self._in_flight.add(target.address)
                 state = self.states.get(target.address)
-                jobs.append((target, state.since_query() if state is not None else ""))
+                job = (current, target, state.since_query() if state is not None else "")
+                (slow_jobs if target.address in slow else jobs).append(job)
+            current._pending = len(jobs) + len(slow_jobs) + 1  # +1 until every job is submitted
+            # Slow targets' polls hold half the pool at most: the rest wait for one to end.
+            self._slow_waiting.extend(slow_jobs)
+            room = max(1, self.poller.concurrency // 2) - len(self._slow_polls)
+            jobs += self._next_slow(room)
         if current._skipped:
             self._count_and_warn(
                 "fleetflame_collector_skipped_polls_total",
                 current._skipped,
-                "targets still being polled since an earlier round, or timed out last time"
-                " with half the pool busy with such targets; skipped this round",
+                "targets still being polled since an earlier round; skipped this round",
                 targets=current._skipped,
             )
-        current._pending = len(jobs) + 1  # +1 until every job is submitted
-        for target, query in jobs:
-            self.poller.submit(target, query, lambda r, c=current: self._handle(c, r))
+        for job in jobs:
+            self._submit(job)
         self._finished_one(current)
         return current
+
+    def _next_slow(self, room: int) -> list[_Job]:
+        """Takes up to ``room`` waiting slow targets' polls to start (under the lock)."""
+        taken = []
+        while room > 0 and self._slow_waiting:
+            job = self._slow_waiting.popleft()
+            self._slow_polls.add(job[1].address)
+            self._slow[job[1].address] = time.monotonic()
+            taken.append(job)
+            room -= 1
+        return taken
+
+    def _submit(self, job: _Job) -> None:
+        current, target, query = job
+        self.poller.submit(target, query, lambda r, c=current: self._handle(c, r))
 
     def _tidy(self, current: set[str]) -> None:
         """Drops the states of targets that left the fleet and sweeps the stack table."""
@@ -238,6 +261,11 @@ class Rounds:
                     self._slow.pop(address, None)
                 elif address not in self._slow:
                     self._slow[address] = current._started
+                was_slow = address in self._slow_polls
+                self._slow_polls.discard(address)
+                following = self._next_slow(1) if was_slow else []
+            for job in following:  # a slow target's poll ended: the next waiting one starts
+                self._submit(job)
             with current._lock:
                 counts = current._counts
                 counts[outcome] += 1

@@ -289,6 +289,45 @@ def test_more_slow_targets_than_threads_never_starve_the_healthy_ones(sqlite_url
     assert all(len(s.times) >= 2 for s in slow), [s.times for s in slow]
 
 
+@pytest.mark.alone
+def test_a_fleet_that_timed_out_once_is_polled_again_within_a_round(sqlite_url):
+    import threading
+
+    from pollhelpers import drip_head
+
+    release = threading.Event()
+    servers = [DocServer(make_doc([(0, "m;a", 5)], instance=f"t{i}")) for i in range(6)]
+    for server in servers:
+        server.behaviour = drip_head(release)
+    c = Collector(
+        collector_settings(
+            sqlite_url,
+            [s.address for s in servers],
+            poll_interval=1.0,
+            poll_concurrency=2,
+            read_timeout=1.0,
+            fetch_deadline=1.0,
+        )
+    )
+    c.start()
+    try:
+        # Every target times out once (a network blip), then all answer at once.
+        wait_until(lambda: len(c.rounds._slow) == 6, timeout=30, what="each to time out")
+        for server in servers:
+            server.behaviour = "ok"
+        release.set()
+        healed = time.monotonic()
+        wait_until(lambda: all(len(s.times) >= 2 for s in servers), timeout=30, what="polls")
+    finally:
+        release.set()
+        c.stop()
+        for s in servers:
+            s.close()
+    # All six within about a round (one slow poll at a time, each followed at once by the
+    # next): before, one a round was polled, the others skipped until their turn (6 rounds).
+    assert max(s.times[1] for s in servers) - healed < 2.5
+
+
 def test_polls_after_the_first_ask_only_for_what_changed(sqlite_url, server, logs):
     server.doc["generation"] = 50
     c = migrated_collector(sqlite_url, [server.address])
