@@ -111,9 +111,9 @@ class StallWatcher:
         self._thread: threading.Thread | None = None
         # thread ident -> (kind, monotonic start) of the callback or request it runs now
         self._running: dict[int, tuple[str, float]] = {}
-        # thread ident -> (the start of the call it was read in, its stacks read since)
-        self._wall: dict[int, tuple[float, list[tuple[float, str]]]] = {}
-        self._texts: dict[str, str] = {}  # those stacks' distinct texts, each kept once
+        # thread ident -> (the start of the call it was read in, its stacks read since, their
+        # distinct texts: each kept once, and gone with the call's entry)
+        self._wall: dict[int, tuple[float, list[tuple[float, str]], dict[str, str]]] = {}
         # (module, class, method) -> the original method, for what is wrapped now
         self._wrapped: dict[tuple[str, str, str], Any] = {}
         self._modules_seen = 0
@@ -266,20 +266,20 @@ class StallWatcher:
             if now - started > self.limit(kind) - lead
         ]
         if not watched and not self._wall:
-            self._texts.clear()  # no call is read: the stacks' texts kept once go
             return
         from ._stack_walk import folded_stack
 
         frames = sys._current_frames()
         for ident, started in watched:
             frame = frames.get(ident)
-            call, read = self._wall.get(ident, (None, None))
+            call, read, texts = self._wall.get(ident, (None, None, {}))
             if call != started or read is None:  # a new call: the last one's reads are spent
                 read = []
-                self._wall[ident] = (started, read)
+                texts = {}
+                self._wall[ident] = (started, read, texts)
             if frame is not None and len(read) < MAX_WALL_READS:
                 text = folded_stack(frame)  # each text kept once: a stalled thread's repeats
-                read.append((now, self._texts.setdefault(text, text)))
+                read.append((now, texts.setdefault(text, text)))
         for ident in [ident for ident in self._wall if ident not in frames]:
             del self._wall[ident]  # the thread has ended
 
@@ -308,7 +308,9 @@ class StallWatcher:
 
     def _finish(self, stall: Stall, started: float, ended: float) -> None:
         ident = stall.ident
-        call, read = self._wall.get(ident, (None, [])) if ident is not None else (None, [])
+        call, read, _ = (
+            self._wall.get(ident, (None, [], {})) if ident is not None else (None, [], {})
+        )
         if call == started:  # the stall is that call: its reads are spent
             del self._wall[ident]  # type: ignore[arg-type]
         for at, stack in read:

@@ -142,15 +142,20 @@ def test_a_long_stall_keeps_each_stack_text_once():
         spy = threading.Thread(
             target=lambda: (
                 time.sleep(0.5),
-                texts.extend(text for _, read in list(watcher._wall.values()) for _, text in read),
+                texts.extend(
+                    text for _, read, _ in list(watcher._wall.values()) for _, text in read
+                ),
             )
         )
         spy.start()
         asyncio.run(main())
         spy.join()
+        s.stalls.document()  # waits for the stall to be finished, its reads taken
+        left = dict(watcher._wall)
     finally:
         sampler.stop()
     assert len(texts) >= 5 and len({id(text) for text in texts}) == 1
+    assert not left  # the stall took its reads, and their texts went with them
 
 
 def hold_the_gil():
