@@ -91,10 +91,11 @@ def use_native(native: Any) -> None:
 def _clean(labels: dict[str, Any]) -> dict[str, str]:
     cleaned = {}
     for key, value in labels.items():
+        # Written out, then cut: a lone surrogate takes six characters written out.
         if type(key) is not str or len(key) > _MAX_TEXT or not key.isascii():
-            key = encodable_text(str(key)[:_MAX_TEXT])
+            key = encodable_text(str(key))[:_MAX_TEXT]
         if type(value) is not str or len(value) > _MAX_TEXT or not value.isascii():
-            value = encodable_text(str(value)[:_MAX_TEXT])
+            value = encodable_text(str(value))[:_MAX_TEXT]
         cleaned[key] = value
     return cleaned
 

@@ -10,8 +10,17 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 
-from .profile.frames import encodable_text
-from .settings import Setting, SettingsError, boolean, declare, labels, string
+from .settings import (
+    LABEL_KEY,
+    LABEL_VALUE,
+    Setting,
+    SettingsError,
+    boolean,
+    declare,
+    label_text,
+    labels,
+    string,
+)
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
 if TYPE_CHECKING:
@@ -224,7 +233,10 @@ def _coerce(setting: Setting, raw: Any) -> Any:
     if isinstance(raw, str) or setting.name == "port":
         return setting.type(raw if isinstance(raw, str) else str(raw))
     if setting.name == "labels":
-        return {encodable_text(str(k)): encodable_text(str(v)) for k, v in dict(raw).items()}
+        return {
+            label_text(str(k), LABEL_KEY): label_text(str(v), LABEL_VALUE)
+            for k, v in dict(raw).items()
+        }
     if isinstance(raw, bool) or raw is None:
         return raw
     return setting.type(str(raw))

@@ -53,3 +53,20 @@ def test_every_endpoint_answers_with_the_byte_written_out(running):
     finally:
         stop.set()
         worker.join()
+
+
+def test_a_label_of_many_undecodable_bytes_is_cut_after_it_is_written_out():
+    # Each such byte takes six characters written out: 200 of them passed the wire's 1,024.
+    long_name = os.fsdecode(bytes(range(0x80, 0x80 + 100)) * 2)
+    s = sampler.start(port=0, labels={"path": "x" * 5000, os.fsdecode(b"\xff") * 300: "v"})
+    try:
+        with sampler.tag(file=long_name, **{long_name: "k"}):
+            spin = time.thread_time() + 0.2
+            while time.thread_time() < spin:  # samples in the tag: its label set is sent
+                pass
+        document = get(s.url + "/profile.json")
+    finally:
+        sampler.stop()
+    profile = decode_document(document)  # the collector takes it
+    assert len(profile.labels["path"]) == 1024
+    assert any(len(dict(labels).get("file", "")) == 200 for labels in profile.label_sets)
