@@ -109,8 +109,7 @@ def main_files_of(pid: int) -> frozenset[str]:
             if letter == "c":
                 return frozenset()
             if letter == "m":
-                module = value.replace(".", "/")
-                return frozenset({f"{module}.py", f"{module}/__main__.py"})
+                return _module_names(pid, value.replace(".", "/"))
             if letter in _VALUE_OPTIONS:
                 i += 0 if word[j + 1 :] else 1
                 break
@@ -118,13 +117,30 @@ def main_files_of(pid: int) -> frozenset[str]:
     return frozenset()
 
 
-def _script_names(pid: int, script: str) -> frozenset[str]:
-    """py-spy's name of a script's file: its path below the highest package above it."""
+def _module_names(pid: int, module: str) -> frozenset[str]:
+    """py-spy's name of the file of ``-m`` a module (``pkg/mod``): found below the process's
+    working directory, sys.path's first entry, it is a script's (a namespace package's has no
+    __init__.py, so py-spy names it ``mod.py``); elsewhere (installed), its path as given."""
+    root = Path(f"/proc/{pid}/root")
+    for name in (f"{module}.py", f"{module}/__main__.py"):
+        path = _in_process(pid, name)
+        if (root / path.relative_to("/")).is_file():
+            return _script_names(pid, name)
+    return frozenset({f"{module}.py", f"{module}/__main__.py"})
+
+
+def _in_process(pid: int, name: str) -> Path:
+    """``name`` as the process finds it: below its working directory unless absolute."""
     try:
         cwd = os.readlink(f"/proc/{pid}/cwd")
     except OSError:
         cwd = "/"
-    path = Path(os.path.normpath(os.path.join(cwd, script)))
+    return Path(os.path.normpath(os.path.join(cwd, name)))
+
+
+def _script_names(pid: int, script: str) -> frozenset[str]:
+    """py-spy's name of a script's file: its path below the highest package above it."""
+    path = _in_process(pid, script)
     root = Path(f"/proc/{pid}/root")  # the process's own view of files (containers)
     top = path.parent
     while top.parent != top and (root / top.relative_to("/") / "__init__.py").exists():

@@ -79,12 +79,15 @@ def test_main_files_are_named_as_py_spy_names_them(tmp_path):
     sleeper = "import time\ntime.sleep(60)\n"
     (tmp_path / "pkg" / "tool.py").write_text(sleeper)
     (tmp_path / "script.py").write_text(sleeper)
+    (tmp_path / "ns").mkdir()  # a namespace package: no __init__.py
+    (tmp_path / "ns" / "tool.py").write_text(sleeper)
     cases = {
         ("script.py", "arg"): {"script.py"},
         ("-X", "dev", "-W", "ignore", "-B", str(tmp_path / "script.py")): {"script.py"},
         ("pkg/tool.py",): {"pkg/tool.py"},
-        ("-Wignore", "-um", "pkg.tool", "-x"): {"pkg/tool.py", "pkg/tool/__main__.py"},
-        ("-m", "pkg.tool"): {"pkg/tool.py", "pkg/tool/__main__.py"},
+        ("-Wignore", "-um", "pkg.tool", "-x"): {"pkg/tool.py"},
+        ("-m", "pkg.tool"): {"pkg/tool.py"},
+        ("-m", "ns.tool"): {"tool.py"},  # py-spy names it below the last __init__.py
         ("-c", sleeper, "script.py"): set(),
     }
     processes = {args: subprocess.Popen([sys.executable, *args], cwd=tmp_path) for args in cases}
