@@ -69,6 +69,7 @@ class WorstCases:
         self._stalls_next: dict[str, tuple[str, int]] = {}
         # target address -> (series, route -> its last cumulative document)
         self._requests_seen: dict[str, tuple[str, dict[str, dict[str, Any]]]] = {}
+        self._told_routes: set[str] = set()  # targets told to send too many routes
 
     def poll(self, targets: Sequence[Target], now: float) -> dict[str, int]:
         """Reads every target once and stores what is new; returns what was stored. What a
@@ -170,7 +171,8 @@ class WorstCases:
             seen = {}  # a new process or fork: everything it counted is new
         rows, current = [], {}
         routes = list(document["routes"].items())
-        if len(routes) > MAX_ROUTES:
+        if len(routes) > MAX_ROUTES and target.address not in self._told_routes:
+            self._told_routes.add(target.address)  # once a target: it sends as many each time
             log_event(
                 log,
                 logging.WARNING,

@@ -28,7 +28,10 @@ def temporary_beside(path: str, prefix: str) -> tuple[int, str]:
         except FileExistsError:
             continue
         if mode is not None:
-            os.fchmod(fd, mode)
+            try:
+                os.fchmod(fd, mode)
+            except OSError:  # a file system without modes (FAT, some CIFS): left as made
+                pass
         return fd, name
 
 
