@@ -219,8 +219,34 @@ class Rounds:
         return taken
 
     def _submit(self, job: _Job) -> None:
+        """Starts a poll. Its samples count in the bucket of when it starts: a slow target's
+        may have waited beyond its round's. A poller closed meanwhile (the collector
+        stopping) polls nothing more: the job is over."""
         current, target, query = job
-        self.poller.submit(target, query, lambda r, c=current: self._handle(c, r))
+        now = self.clock()
+        bucket = int(now) - int(now) % self.bucket_seconds
+        try:
+            self.poller.submit(
+                target, query, lambda r, c=current, b=bucket, t=now: self._handle(c, r, b, t)
+            )
+        except RuntimeError:  # cannot schedule new futures after shutdown
+            self._drop([job])
+
+    def _drop(self, jobs: Sequence[_Job]) -> None:
+        """Ends jobs that will not be polled (their rounds count them as done)."""
+        with self._lock:
+            for _, target, _ in jobs:
+                self._in_flight.discard(target.address)
+                self._slow_polls.discard(target.address)
+        for current, _, _ in jobs:
+            self._finished_one(current)
+
+    def close(self) -> None:
+        """Ends the slow targets' polls still waiting (the collector is stopping)."""
+        with self._lock:
+            waiting = list(self._slow_waiting)
+            self._slow_waiting.clear()
+        self._drop(waiting)
 
     def _tidy(self, current: set[str]) -> None:
         """Drops the states of targets that left the fleet and sweeps the stack table."""
@@ -230,6 +256,13 @@ class Rounds:
             self._gone -= current
             for address in self._slow.keys() - current:
                 del self._slow[address]
+            # Waiting slow targets that left (a scaled-down pod): not polled after all.
+            gone = [job for job in self._slow_waiting if job[1].address not in current]
+            if gone:
+                self._slow_waiting = deque(j for j in self._slow_waiting if j not in gone)
+        if gone:
+            self._drop(gone)
+        with self._lock:
             for address in set(self.states) - current - self._in_flight:
                 del self.states[address]
                 self._gone.add(address)
@@ -237,16 +270,16 @@ class Rounds:
                 self.table.sweep(sid for state in self.states.values() for sid in state.stack_ids())
                 self._swept_at = max(_SWEEP_FLOOR, 2 * len(self.table))
 
-    def _handle(self, current: Round, result: PollResult) -> None:
+    def _handle(self, current: Round, result: PollResult, bucket: int, polled: float) -> None:
         address = result.target.address
         part = None
         outcome = "failed"
         cpu = time.thread_time()
         try:
-            outcome, part = self._consume(result, current.bucket)
+            outcome, part = self._consume(result, bucket)
             cpu = time.thread_time() - cpu
             if part is not None:
-                self.writer.put(part, current.polled)
+                self.writer.put(part, polled)
                 with self._lock:
                     stale = address in self._reload
                 if stale:  # its delta was refused meanwhile: the cursor is re-read first
@@ -264,8 +297,6 @@ class Rounds:
                 was_slow = address in self._slow_polls
                 self._slow_polls.discard(address)
                 following = self._next_slow(1) if was_slow else []
-            for job in following:  # a slow target's poll ended: the next waiting one starts
-                self._submit(job)
             with current._lock:
                 counts = current._counts
                 counts[outcome] += 1
@@ -274,6 +305,8 @@ class Rounds:
                 counts["bytes"] += result.nbytes
                 current._cpu += result.cpu_seconds + cpu
             self._finished_one(current)
+            for job in following:  # a slow target's poll ended: the next waiting one starts
+                self._submit(job)
 
     def _finished_one(self, current: Round) -> None:
         with current._lock:

@@ -310,6 +310,7 @@ class Collector:
             self._scheduler.shutdown(wait=True)
             self._scheduler = None
         self.writer.stop()
+        self.rounds.close()  # slow targets' polls still waiting: not started now
         self.poller.close()
         self.worst.close()
         if self.webhook is not None:
