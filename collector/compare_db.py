@@ -12,7 +12,6 @@ are not independent draws, so the unit is the (instance, bucket) profile, not th
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ import sqlalchemy as sa
 
 from collector.query import Filters, Query
 from collector.store import Store, StoreError
+from collector.store.engines.sqlite import sqlite_path
 from sampler.profile import WindowError, align_up, parse_window, split_frames
 
 __all__ = ["Side", "frames_of", "read_sides", "replicates_in"]
@@ -83,15 +83,12 @@ def read_sides(
 
 
 def _missing_sqlite_file(url: str) -> str | None:
-    """The path of a SQLite URL's file when there is none (None for other URLs)."""
+    """The path of a SQLite URL's file (``file:`` URIs too) when there is none, else None."""
     try:
-        parsed = sa.engine.make_url(url)
+        path = sqlite_path(url)
     except sa.exc.ArgumentError:
         return None  # Store names what is wrong with the URL
-    path = parsed.database
-    if not parsed.get_backend_name() == "sqlite" or not path or path == ":memory:":
-        return None
-    return None if os.path.exists(path) else path
+    return str(path) if path is not None and not path.exists() else None
 
 
 def _label(text: str | None, side: str) -> tuple[str, str] | None:

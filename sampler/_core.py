@@ -19,6 +19,7 @@ from ._log import log
 from ._stack_text import StackText
 from ._stack_text import merged as merged_counts
 from ._stacks import StackTable
+from .profile.frames import MAX_LABELS, MAX_NAME, label_text
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
 if TYPE_CHECKING:
@@ -73,8 +74,12 @@ class Sampler:
         self.mode: str = settings["mode"]
         self.interval: float = settings["interval"]
         self.host_name = os.uname().nodename  # gethostname(), without importing socket
-        service = settings["service"] or _program_name()
-        self.labels = {"service": service, "host": self.host_name, **settings["labels"]}
+        service = label_text(settings["service"] or _program_name(), MAX_NAME)
+        # Bounded as the wire bounds them (a label too many or too long and the collector
+        # would refuse the worker's whole profile): the first in key order, beside these two.
+        given = sorted(settings["labels"].items())[: MAX_LABELS - 2]
+        self.labels = {"service": service, "host": label_text(self.host_name, MAX_NAME)}
+        self.labels |= {key: value for key, value in given if key not in self.labels}
         self.server: Any = None
         self.stalls: Any = None
         self._excluded = _ExcludedThreads()

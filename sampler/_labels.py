@@ -13,7 +13,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from .profile.frames import encodable_text
+from .profile.frames import MAX_LABELS, encodable_text
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
 if TYPE_CHECKING:
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 # Distinct label sets are bounded: a service that tags with request ids must not grow forever.
 MAX_LABEL_SETS = 10_000
 OVERFLOW = (("fleetflame", "label-sets-over-limit"),)
+CUT = ("fleetflame", "labels-over-limit")  # a label set cut to the wire's MAX_LABELS
 _MAX_TEXT = 200
 
 _lock = threading.Lock()
@@ -109,6 +110,8 @@ def _merge(outer: tuple[tuple[str, str], ...], own: dict[str, str]) -> tuple[Any
         merged = dict(outer)
         merged.update(own)
         items = tuple(sorted(merged.items()))
+        if len(items) > MAX_LABELS:  # the wire's bound: the first in key order, and a mark
+            items = tuple(sorted(items[: MAX_LABELS - 1] + (CUT,)))
         found = (items, _intern(items))
         if len(_merged) >= MAX_LABEL_SETS:
             _merged.clear()

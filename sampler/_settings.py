@@ -10,17 +10,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 
-from .settings import (
-    LABEL_KEY,
-    LABEL_VALUE,
-    Setting,
-    SettingsError,
-    boolean,
-    declare,
-    label_text,
-    labels,
-    string,
-)
+from .profile.frames import MAX_NAME, MAX_TEXT, label_text
+from .settings import Setting, SettingsError, boolean, declare, labels, string
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
 if TYPE_CHECKING:
@@ -234,8 +225,7 @@ def _coerce(setting: Setting, raw: Any) -> Any:
         return setting.type(raw if isinstance(raw, str) else str(raw))
     if setting.name == "labels":
         return {
-            label_text(str(k), LABEL_KEY): label_text(str(v), LABEL_VALUE)
-            for k, v in dict(raw).items()
+            label_text(str(k), MAX_NAME): label_text(str(v), MAX_TEXT) for k, v in dict(raw).items()
         }
     if isinstance(raw, bool) or raw is None:
         return raw

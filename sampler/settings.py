@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from .profile.frames import encodable_text
+from .profile.frames import MAX_NAME, MAX_TEXT, label_text
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
 if TYPE_CHECKING:
@@ -22,8 +22,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = [
-    "LABEL_KEY",
-    "LABEL_VALUE",
     "Setting",
     "SettingsError",
     "add_arguments",
@@ -31,7 +29,6 @@ __all__ = [
     "declare",
     "integer",
     "is_loopback",
-    "label_text",
     "labels",
     "listen_address",
     "markdown_table",
@@ -198,18 +195,8 @@ def labels(value: str) -> dict[str, str]:
         key, sep, val = item.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"expected key=value pairs separated by commas, got {item!r}")
-        out[label_text(key.strip(), LABEL_KEY)] = label_text(val.strip(), LABEL_VALUE)
+        out[label_text(key.strip(), MAX_NAME)] = label_text(val.strip(), MAX_TEXT)
     return out
-
-
-# The longest label key and value the wire format takes (sampler.profile.LIMITS); longer ones
-# are cut, so that a label never makes a worker's whole profile refused.
-LABEL_KEY, LABEL_VALUE = 256, 1024
-
-
-def label_text(text: str, longest: int) -> str:
-    """A label's key or value as the wire takes it: lone surrogates written out, then cut."""
-    return encodable_text(text)[:longest]
 
 
 def _is_int(value: Any) -> bool:
@@ -232,7 +219,7 @@ _TYPED: dict[str, tuple[str, Callable[[Any], bool], Callable[[Any], Any]]] = {
             isinstance(v, dict)
             and all(isinstance(k, str) and isinstance(i, str) for k, i in v.items())
         ),
-        lambda v: {label_text(k, LABEL_KEY): label_text(i, LABEL_VALUE) for k, i in v.items()},
+        lambda v: {label_text(k, MAX_NAME): label_text(i, MAX_TEXT) for k, i in v.items()},
     ),
 }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from .frames import MAX_LABELS, MAX_NAME, MAX_TEXT
 from .profiles import Profile
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
@@ -101,9 +102,9 @@ class Limits(_Frozen):
         max_count: int = 10**12,  # a cumulative count: 300 years of one thread at 100 Hz
         max_delta: int = 10**9,  # growth of one count between two polls (the store's row limit)
         max_label_sets: int = 10_000,
-        max_labels: int = 64,
-        max_name: int = 256,  # characters in service, host, instance id, label key
-        max_text: int = 1024,  # characters in a label value
+        max_labels: int = MAX_LABELS,
+        max_name: int = MAX_NAME,  # characters in service, host, instance id, label key
+        max_text: int = MAX_TEXT,  # characters in a label value
         max_stack: int = 65_536,  # characters in one folded stack
     ) -> None:
         self._set(locals())

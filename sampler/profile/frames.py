@@ -17,10 +17,14 @@ __all__ = [
     "PRUNED",
     "SEPARATOR",
     "TRUNCATED",
+    "MAX_LABELS",
+    "MAX_NAME",
+    "MAX_TEXT",
     "display_frames",
     "encodable_text",
     "escape_frame",
     "join_frames",
+    "label_text",
     "shown_frame",
     "split_frames",
     "split_line_number",
@@ -62,6 +66,19 @@ def _escaped(match: re.Match[str]) -> str:
     if c >= "\ud800":
         return f"%5Cu{ord(c):04x}"  # as Python's backslashreplace writes it, \\ escaped
     return f"%{ord(c):02X}"
+
+
+# The wire format's bounds on labels (its Limits' defaults, docs/wire-format.md): labels in a
+# set, and characters in a label key (and service, host) and in a label value.
+MAX_LABELS = 64
+MAX_NAME = 256
+MAX_TEXT = 1024
+
+
+def label_text(text: str, longest: int) -> str:
+    """A label's key or value as the wire takes it: lone surrogates written out (see
+    encodable_text), then cut to ``longest`` characters."""
+    return encodable_text(text)[:longest]
 
 
 def encodable_text(text: str) -> str:

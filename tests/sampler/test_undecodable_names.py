@@ -70,3 +70,23 @@ def test_a_label_of_many_undecodable_bytes_is_cut_after_it_is_written_out():
     profile = decode_document(document)  # the collector takes it
     assert len(profile.labels["path"]) == 1024
     assert any(len(dict(labels).get("file", "")) == 200 for labels in profile.label_sets)
+
+
+def test_too_many_or_too_long_labels_are_cut_as_the_wire_bounds_them():
+    # Each within its own bound, together over the wire's: the collector refused the whole
+    # profile (70 process labels; a tag of 70 keys; a service of 300 characters).
+    many = {f"k{i:02}": "v" for i in range(70)}
+    s = sampler.start(port=0, service="s" * 300, labels=many)
+    try:
+        with sampler.tag(**{f"t{i:02}": "v" for i in range(70)}):
+            spin = time.thread_time() + 0.2
+            while time.thread_time() < spin:
+                pass
+        document = get(s.url + "/profile.json")
+    finally:
+        sampler.stop()
+    profile = decode_document(document)
+    assert len(profile.labels) == 64 and profile.labels["service"] == "s" * 256
+    tagged = [dict(labels) for labels in profile.label_sets if len(labels) > 1]
+    assert tagged and all(len(labels) == 64 for labels in tagged)
+    assert all(labels["fleetflame"] == "labels-over-limit" for labels in tagged)

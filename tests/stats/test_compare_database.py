@@ -126,6 +126,14 @@ def test_a_sqlite_file_that_is_not_there_is_named_and_not_made(tmp_path, capsys)
     )
     assert status == 2 and f"no database at {missing}" in capsys.readouterr().err
     assert not missing.exists()  # opening it made an empty file before
+    # A read-only URI of a file that is there is not taken for a missing one.
+    there = tmp_path / "there.db"
+    Store(f"sqlite:///{there}").migrate()
+    uri = f"sqlite:///file:{there}?mode=ro&uri=true"
+    status = main(
+        ["--database-url", uri, "--service", "shop", "--a-label", "v:1", "--b-label", "v:2"]
+    )
+    assert status == 2 and "side A has no samples of shop" in capsys.readouterr().err
 
 
 def test_an_empty_side_is_a_clear_error(fleet, capsys):
