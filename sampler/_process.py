@@ -21,13 +21,15 @@ if TYPE_CHECKING:
     from typing import Any
 
 _running: Sampler | None = None
-_start_lock = threading.Lock()
-_fork_hooks_installed = False
+# Taken by start() and stop(), and around every fork (a child must not inherit it held by a
+# thread it does not have: its exit's stop() waited forever); reentrant, for a fork inside.
+_start_lock = threading.RLock()
+_exit_hook_installed = False
 
 
 def start(**overrides: Any) -> Sampler:
     """Starts sampling and the HTTP endpoint; returns the running Sampler (the same one twice)."""
-    global _running, _fork_hooks_installed
+    global _running, _exit_hook_installed
     with _start_lock:
         if _running is not None:
             return _running
@@ -42,14 +44,9 @@ def start(**overrides: Any) -> Sampler:
         sampler = Sampler(settings)
         sampler.start()
         _running = sampler
-        if not _fork_hooks_installed:
-            os.register_at_fork(
-                before=_before_fork,
-                after_in_parent=_after_fork_parent,
-                after_in_child=_after_fork_child,
-            )
+        if not _exit_hook_installed:
             atexit.register(stop)
-            _fork_hooks_installed = True
+            _exit_hook_installed = True
         return sampler
 
 
@@ -97,6 +94,7 @@ def start_from_env() -> Sampler | None:
 
 
 def _before_fork() -> None:
+    _start_lock.acquire()
     sampler = _running
     if sampler is not None:
         # The child must not inherit the lock taken, nor counts half copied.
@@ -107,9 +105,17 @@ def _after_fork_parent() -> None:
     sampler = _running
     if sampler is not None:
         sampler._lock.release()
+    _start_lock.release()
 
 
 def _after_fork_child() -> None:
+    try:
+        _restart_in_child()
+    finally:
+        _start_lock.release()
+
+
+def _restart_in_child() -> None:
     global _running
     sampler = _running
     if sampler is None:
@@ -126,3 +132,8 @@ def _after_fork_child() -> None:
     except Exception:  # noqa: BLE001 - never break the host's fork
         log.exception("fleetflame sampler: could not restart after fork; sampling stopped")
         _running = None
+
+
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_parent, after_in_child=_after_fork_child
+)

@@ -116,6 +116,47 @@ GTHREAD = ("-w", "2", "-k", "gthread", "--threads", "4")
 NATIVE = ENGINES[0]
 
 
+FORK_WHILE_STOPPING = r"""
+import os, sys, threading, time
+import sampler
+
+done = False
+
+
+def cycle():  # a thread that starts and stops the sampler as the main thread forks
+    while not done:
+        sampler.start(port="none")
+        sampler.stop()
+
+
+threading.Thread(target=cycle, daemon=True).start()
+hung = 0
+for _ in range(20):
+    pid = os.fork()
+    if pid == 0:
+        sys.exit(0)  # its exit's stop() waited forever on a lock held by a thread it lacks
+    deadline = time.monotonic() + 5
+    while not os.waitpid(pid, os.WNOHANG)[0]:
+        if time.monotonic() > deadline:
+            hung += 1
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            break
+        time.sleep(0.01)
+done = True
+print(hung)
+"""
+
+
+def test_a_child_forked_while_another_thread_starts_or_stops_exits(tmp_path):
+    script = tmp_path / "fork_while_stopping.py"
+    script.write_text(FORK_WHILE_STOPPING)
+    out = subprocess.run(
+        [sys.executable, str(script)], env=env(), capture_output=True, text=True, timeout=300
+    )
+    assert out.stdout.strip() == "0", (out.stdout, out.stderr[-2000:])
+
+
 # Each engine with a preloaded app (the sampler started in the master, then forked) under both
 # worker classes; the native engine also started in each worker (no preload). Four of the six
 # combinations: the python engine without preload adds nothing the others do not test.
