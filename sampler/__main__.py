@@ -174,6 +174,7 @@ def run(argv: list[str]) -> int:
         periods = _Periods(sampler, options.output, options.every)
         periods.start()
     status = 0
+    parent = os.getpid()
     try:
         if options.module:
             runpy.run_module(options.target, run_name="__main__", alter_sys=True)
@@ -182,20 +183,27 @@ def run(argv: list[str]) -> int:
             runpy.run_path(options.target, run_name="__main__")
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)  # as Python says sys.exit("why")'s why
     finally:
         stop()
-        counts = sampler.folded()
-        if periods is not None:
-            periods.finish()
-        elif options.output:
-            write_text_atomically(options.output, format_folded(counts))
-        if options.svg:
-            title = f"{sampler.labels['service']} ({sampler.mode})"
-            write_text_atomically(
-                options.svg,
-                _svg.render(counts, title=title, unit_seconds=sampler.interval, mode=sampler.mode),
-            )
+        if os.getpid() == parent:  # not a child the program forked: the parent writes them
+            _write_outputs(sampler, options, periods)
     return status
+
+
+def _write_outputs(sampler: Sampler, options: argparse.Namespace, periods: _Periods | None) -> None:
+    counts = sampler.folded()
+    if periods is not None:
+        periods.finish()
+    elif options.output:
+        write_text_atomically(options.output, format_folded(counts))
+    if options.svg:
+        title = f"{sampler.labels['service']} ({sampler.mode})"
+        write_text_atomically(
+            options.svg,
+            _svg.render(counts, title=title, unit_seconds=sampler.interval, mode=sampler.mode),
+        )
 
 
 def _hide_launcher(engine: str) -> None:

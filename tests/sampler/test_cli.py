@@ -3,6 +3,7 @@
 import shutil
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -129,6 +130,50 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_program_runs(tmp
     assert result.returncode == 2, result
     assert said in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert not (tmp_path / "ran").exists()
+
+
+FORKS = """
+import os, sys, time
+
+
+def burn(seconds):
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def parent_work():
+    burn(0.5)
+
+
+def child_work():
+    burn(0.2)
+    time.sleep(1.5)  # ends after the parent: its exit wrote the file over the parent's
+
+
+if os.fork() == 0:
+    child_work()
+    sys.exit(0)
+parent_work()
+sys.exit("parent done")
+"""
+
+
+def test_a_forked_child_leaves_the_files_to_the_parent_and_exit_messages_are_said(tmp_path):
+    program, out = tmp_path / "forks.py", tmp_path / "out.folded"
+    program.write_text(FORKS)
+    run = subprocess.run(
+        [sys.executable, "-m", "sampler", "run", "-o", str(out), str(program)],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 1 and "parent done" in run.stderr  # as python says sys.exit("...")
+    time.sleep(2.5)  # the child is gone too
+    counts = parse_folded(out.read_text())
+    assert any(":parent_work" in stack for stack in counts)
+    assert not any(":child_work" in stack for stack in counts)
 
 
 @pytest.mark.parallel
