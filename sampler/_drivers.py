@@ -84,9 +84,12 @@ class SignalDriver:
         signal.setitimer(self._timer, _jittered(self.interval), self.interval)
 
     def disarm(self) -> None:
-        """Stops the timer; the handler stays installed until stop() restores the previous one."""
+        """Stops the timer; the handler stays installed until stop() restores the previous one.
+        A timer the host set since, with a handler of its own, is left alone: the process has
+        one itimer of each kind, and it is the host's now (a CPU limit, an alarm)."""
         self._active = False
-        signal.setitimer(self._timer, 0, 0)
+        if signal.getsignal(self._signum) == self._on_signal:
+            signal.setitimer(self._timer, 0, 0)
 
     def stop(self) -> None:
         """Stops the timer and puts back the handler that was there before."""

@@ -2,10 +2,13 @@
 
 import logging
 import signal
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
+from samplerhelpers import env
 
 import sampler
 
@@ -55,6 +58,43 @@ def test_another_librarys_handler_is_kept_and_the_thread_driver_used(caplog):
     finally:
         sampler.stop()
         signal.signal(signal.SIGPROF, signal.SIG_DFL)
+
+
+CPU_LIMIT = r"""
+import signal, time
+import sampler
+
+sampler.start(port="none", engine="python")
+time.sleep(0.2)
+
+
+def on_limit(signum, frame):
+    raise TimeoutError
+
+
+signal.signal(signal.SIGPROF, on_limit)  # the host's own CPU limit, after the sampler's start
+began = time.process_time()
+signal.setitimer(signal.ITIMER_PROF, 1.5)
+try:
+    while time.process_time() - began < 3:
+        pass
+    print("never")
+except TimeoutError:
+    print(round(time.process_time() - began, 1))
+sampler.stop()
+"""
+
+
+def test_a_timer_the_host_sets_after_the_python_engine_started_is_left_alone(tmp_path):
+    # The engine saw its ticks stop and went to its thread: disarming the signal timer then
+    # cancelled the host's (its limit never fired), as did stop().
+    script = tmp_path / "cpu_limit.py"
+    script.write_text(CPU_LIMIT)
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env(), capture_output=True, text=True, timeout=60
+    )
+    fired = done.stdout.strip()
+    assert fired != "never" and 1.4 <= float(fired) <= 1.8, (fired, done.stderr[-1000:])
 
 
 def test_started_off_the_main_thread_falls_back_to_the_thread_driver(caplog):
