@@ -237,6 +237,18 @@ def route_part(bins):
     }
 
 
+def poll_once(url, server):
+    """One read of ``server`` by the worst-cases job into the store at ``url``."""
+    store = Store(url)
+    store.migrate()
+    worst = WorstCases(store)
+    try:
+        return worst.poll([Target("127.0.0.1", server.port)], time.time())
+    finally:
+        worst.close()
+        store.close()
+
+
 def serving_requests(servers, document):
     """A worker answering ``document`` (read again at each request) as its /requests.json,
     and no stalls."""
@@ -266,14 +278,7 @@ def test_a_route_no_sampler_sends_is_skipped_and_the_others_stored(servers, logs
             part[name]["count"] = part["count"]
     document = {"format": "fleetflame.requests/1", "series": "s1", "routes": routes}
     server = serving_requests(servers, document)
-    store = Store(sqlite_url)
-    store.migrate()
-    worst = WorstCases(store)
-    try:
-        assert worst.poll([Target("127.0.0.1", server.port)], time.time())["request_buckets"] == 1
-    finally:
-        worst.close()
-        store.close()
+    assert poll_once(sqlite_url, server)["request_buckets"] == 1
     skipped = logs.matching("level=warning", "route in /requests.json is malformed")
     assert len(skipped) == 2
     assert any("route=/far" in line and "index" in line for line in skipped)
@@ -291,15 +296,7 @@ def test_every_route_a_sampler_sends_is_kept_other_and_unmatched_too(servers, lo
     names = [f"/r{i}" for i in range(200)] + ["[unmatched]", "[other]"]
     routes = {name: route_part([[-230, 1]]) for name in names}
     document = {"format": "fleetflame.requests/1", "series": "s1", "routes": routes}
-    server = serving_requests(servers, document)
-    store = Store(sqlite_url)
-    store.migrate()
-    worst = WorstCases(store)
-    try:
-        stored = worst.poll([Target("127.0.0.1", server.port)], time.time())
-    finally:
-        worst.close()
-        store.close()
+    stored = poll_once(sqlite_url, serving_requests(servers, document))
     assert stored["request_buckets"] == 202
     assert not logs.matching("more routes than")
 
