@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sampler.profile import (
     Node,
     Profile,
     build_tree,
+    encodable_text,
     escape_frame,
     filter_stacks,
     format_folded,
@@ -37,9 +38,12 @@ shared = st.dictionaries(
 
 
 @given(names)
+@example("caf\udce9.py;\ud800")  # lone surrogates, always tried (at random: now and then)
 def test_escape_round_trips_and_leaves_nothing_unsafe(name):
     escaped = escape_frame(name)
-    assert unescape_frame(escaped) == name
+    # Every name comes back, but for lone surrogates, which UTF-8 cannot hold: written out.
+    assert unescape_frame(escaped) == encodable_text(name)
+    escaped.encode()
     assert not any(c in escaped for c in ';"\\\n\r\x00\x7f')
     assert json.dumps(escaped, ensure_ascii=False) == f'"{escaped}"'
     assert escape_frame(escaped) == escaped.replace("%", "%25")
