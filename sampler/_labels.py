@@ -13,7 +13,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from .profile.frames import MAX_LABELS, encodable_text
+from .profile.frames import MAX_LABELS, label_text
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
 if TYPE_CHECKING:
@@ -94,9 +94,9 @@ def _clean(labels: dict[str, Any]) -> dict[str, str]:
     for key, value in labels.items():
         # Written out, then cut: a lone surrogate takes six characters written out.
         if type(key) is not str or len(key) > _MAX_TEXT or not key.isascii():
-            key = encodable_text(str(key))[:_MAX_TEXT]
+            key = label_text(str(key), _MAX_TEXT)
         if type(value) is not str or len(value) > _MAX_TEXT or not value.isascii():
-            value = encodable_text(str(value))[:_MAX_TEXT]
+            value = label_text(str(value), _MAX_TEXT)
         cleaned[key] = value
     return cleaned
 
