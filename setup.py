@@ -63,6 +63,7 @@ def native_extensions() -> list[Extension]:
         "counting",
         "watch",
         "asgi",
+        "asgi_answer",
         "function_numbers",
         "function_files",
     ]

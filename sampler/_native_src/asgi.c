@@ -149,7 +149,8 @@ static int note_message(StatusSend *self, PyObject *message)
 }
 
 /* sampler.middleware._asgi's _answered(sending, state): awaits the server's send of the
- * answer's last message, then notes the time in state[2]. Bound by asgi_answered(). */
+ * answer's last message, then notes the time in state[2] (for a send that gives an awaitable
+ * other than a coroutine). Bound by asgi_answered(). */
 static PyObject *answered_send;
 
 /* The message is the one argument, by position or by name (send(message=...)). */
@@ -170,8 +171,11 @@ static PyObject *StatusSend_call(StatusSend *self, PyObject *const *args, size_t
         return sending;
     }
     /* The request ends when the server has sent its answer: a send that fails leaves it a
-     * failure, as in the Python path. */
-    PyObject *awaited = PyObject_CallFunctionObjArgs(answered_send, sending, self->state, NULL);
+     * failure, as in the Python path. A coroutine (as most servers' sends give) is awaited
+     * in C (asgi_answer.c); any other awaitable by the Python path's coroutine. */
+    PyObject *awaited = PyCoro_CheckExact(sending)
+                            ? asgi_answering(sending, self->state)
+                            : PyObject_CallFunctionObjArgs(answered_send, sending, self->state, NULL);
     Py_DECREF(sending);
     return awaited;
 }
@@ -277,7 +281,7 @@ int asgi_add_types(PyObject *module)
         (str_trailers = PyUnicode_InternFromString("trailers")) == NULL ||
         (str_get = PyUnicode_InternFromString("get")) == NULL ||
         (absent = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type)) == NULL ||
-        PyType_Ready(&StatusSendType) < 0) {
+        PyType_Ready(&StatusSendType) < 0 || asgi_answer_ready() < 0) {
         return -1;
     }
     return PyModule_AddObjectRef(module, "StatusSend", (PyObject *)&StatusSendType);

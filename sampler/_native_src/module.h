@@ -60,4 +60,9 @@ PyObject *native_asgi_mark(PyObject *module, PyObject *marks);
 PyObject *native_asgi_answered(PyObject *module, PyObject *function);
 int asgi_add_types(PyObject *module);
 
+/* -- the awaited send of an ASGI answer's last message (asgi_answer.c) -------------------- */
+
+PyObject *asgi_answering(PyObject *sending, PyObject *state);
+int asgi_answer_ready(void);
+
 #endif

@@ -82,11 +82,13 @@ class PythonStatusSend:
         return self.send(message)
 
 
-async def _answered(sending: Awaitable[None], state: list[Any]) -> None:
+async def _answered(sending: Awaitable[Any], state: list[Any]) -> Any:
     """Awaits the server's send of the answer's last message, then notes the request's end
-    (a send that raises leaves it unanswered: a failure)."""
-    await sending
+    (a send that raises leaves it unanswered: a failure); gives what the send gave. The C path
+    (sampler/_native_src/asgi_answer.c) does the same for a send that gives a coroutine."""
+    sent = await sending
     state[2] = monotonic()
+    return sent
 
 
 if getattr(_NATIVE, "asgi_answered", None) is None:

@@ -139,6 +139,49 @@ def test_an_answer_ends_when_the_server_has_sent_it_and_a_failed_send_is_a_failu
     assert request["status"] == 0 and routes["/gone"]["errors"] == 1
 
 
+def test_the_last_messages_send_is_awaited_as_the_servers_would_be(asgi_middleware):
+    # The C path awaits a coroutine send by an object of its own: asyncio must take it as
+    # it took the server's coroutine (a task of it, a cancellation, a wait_for), and a send
+    # giving another awaitable (a future) must work too.
+    last = {"type": "http.response.body", "body": b"ok"}
+    asgi_middleware(plain_app)  # marks the sends
+
+    async def slow(message):
+        await asyncio.sleep(0.05)
+        return "sent"
+
+    async def shielded(message):  # catches its cancellation, and sends anyway
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(1)
+
+    async def main():
+        state = [None, 0, 0.0]
+        assert await asyncio.create_task(asgi_middleware.status_send(slow, state)(last)) == "sent"
+        assert state[2] > 0
+        for send, answered in ((slow, False), (shielded, True)):
+            state = [None, 0, 0.0]
+            task = asyncio.create_task(asgi_middleware.status_send(send, state)(last))
+            await asyncio.sleep(0.01)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            assert (state[2] > 0) is answered, send
+        state = [None, 0, 0.0]
+        await asyncio.wait_for(asgi_middleware.status_send(slow, state)(last), 1)
+        assert state[2] > 0
+
+        def future_send(message):
+            future = asyncio.get_running_loop().create_future()
+            future.set_result(None)
+            return future
+
+        state = [None, 0, 0.0]
+        await asgi_middleware.status_send(future_send, state)(last)
+        assert state[2] > 0
+
+    asyncio.run(main())
+
+
 def test_a_request_ends_with_its_answer_not_with_its_background_work(asgi_middleware):
     app = asgi_middleware(background_app)
     call(app, "/later")
