@@ -9,6 +9,7 @@ targets), never one the request names, so the UI cannot be used to reach anythin
 
 from __future__ import annotations
 
+import http.client
 import urllib.error
 import urllib.request
 
@@ -66,6 +67,13 @@ def live() -> Response:
             f"the worker at {target} did not answer: {exc}; pick another instance, or try again"
         )
         return jsonify(error=message), 504
+    except (http.client.InvalidURL, ValueError) as exc:
+        # The store's record of the target, not the request, names an address no one can ask
+        # (a space, a port that is no number): neither an OSError nor the worker's fault.
+        message = f"the collector's address of this worker, {target!r}, cannot be asked: {exc}"
+        return jsonify(error=message), 502
+    except http.client.HTTPException as exc:  # an answer that is not HTTP, or cut short
+        return jsonify(error=f"the worker at {target} did not answer HTTP: {exc!r}"), 502
     if len(text) > MAX_BYTES:
         return jsonify(error=f"the worker at {target} sent more than {MAX_BYTES} bytes"), 502
     try:

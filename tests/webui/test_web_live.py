@@ -171,3 +171,62 @@ def test_a_worker_that_is_gone_is_a_clear_error(polled, client):
     polled[2].wait()
     answer = client.get("/api/live", query_string={"instance": polled[1], "seconds": 1})
     assert answer.status_code == 504 and "did not answer" in answer.json["error"]
+
+
+def _client_with_targets(tmp_path, targets):
+    """A client over a new store that lists ``targets`` ({instance: target}) as polled."""
+    import sqlalchemy as sa
+
+    from collector.store import Store, schema
+    from webui import create_app
+
+    url = f"sqlite:///{tmp_path / 'targets.db'}"
+    with Store(url) as store:
+        store.migrate()
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        rows = [{"target": target, "instance": inst} for inst, target in targets.items()]
+        conn.execute(schema.cursor_targets.insert(), rows)
+    engine.dispose()
+    return create_app({"DATABASE_URL": url})
+
+
+def test_a_stored_target_that_is_no_address_is_a_clear_error(tmp_path):
+    # http.client.InvalidURL is no OSError: these were 500s of an HTML page.
+    targets = {"spaced": "127.0.0.1:1 x", "port": "127.0.0.1:port", "v6": "[::1"}
+    app = _client_with_targets(tmp_path, targets)
+    try:
+        for instance, target in targets.items():
+            answer = app.test_client().get("/api/live", query_string={"instance": instance})
+            assert answer.status_code == 502, answer.data[:300]
+            assert (
+                repr(target) in answer.json["error"] and "cannot be asked" in answer.json["error"]
+            )
+    finally:
+        app.extensions["fleetflame_db"].close()
+
+
+def test_a_worker_that_answers_no_http_is_a_clear_error(tmp_path):
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def answer_garbage():
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(4096)
+            conn.sendall(b"no http here\r\n\r\n")
+
+    thread = threading.Thread(target=answer_garbage, daemon=True)
+    thread.start()
+    app = _client_with_targets(tmp_path, {"odd": f"127.0.0.1:{port}"})
+    try:
+        answer = app.test_client().get("/api/live", query_string={"instance": "odd", "seconds": 1})
+        assert answer.status_code == 502, answer.data[:300]
+        assert "did not answer HTTP" in answer.json["error"]
+    finally:
+        app.extensions["fleetflame_db"].close()
+        thread.join(timeout=10)
+        listener.close()
