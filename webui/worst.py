@@ -70,17 +70,24 @@ def stalls() -> Response:
     per_bucket: dict[int, list[float]] = {}
     for start, duration in durations:
         per_bucket.setdefault(align_down(int(start), width), []).append(duration)
+    # A row whose stacks cannot be read (damaged, or written by hand) keeps its place in the
+    # table and the durations, with no stacks, and is counted, as /api/requests does.
+    readable = [row for row in every if _stall_stacks(row.stacks) is not None]
+    unreadable = len(every) - len(readable)
+    if unreadable:
+        log.warning("/api/stalls: %d stall rows with unreadable stacks left out", unreadable)
     return jsonify(
         selection=_describe(selection),
         count=len(durations),
         seconds=round(sum(d for _, d in durations), 3),
         stalls=[_stall(row) for row in worst],
-        flamegraph=flame_tree(_whole(stall_stacks(every))).to_dict(),
+        flamegraph=flame_tree(_whole(stall_stacks(readable))).to_dict(),
         buckets=[
             {"t": bucket, "count": len(values), **_percentiles(sorted(values))}
             for bucket, values in sorted(per_bucket.items())
         ],
         bucket_seconds=width,
+        unreadable_rows=unreadable,
     )
 
 
@@ -91,16 +98,7 @@ def routes() -> Response:
     selection = _selection()
     with db.read_connection("reading worst cases") as conn:
         rows = _request_rows(conn, selection)
-    merged: dict[str, RequestFigures] = {}
-    unreadable = 0
-    for row in rows:
-        figures = merged.get(row.route) or RequestFigures()
-        try:
-            merged[row.route] = figures.add(row._mapping)
-        except (SketchError, ValueError, TypeError, KeyError):
-            unreadable += 1  # written by hand, or damaged: left out, and said
-    if unreadable:
-        log.warning("/api/requests: %d unreadable request rows left out", unreadable)
+    merged, unreadable = _merged(rows, "/api/requests")
     slow_stacks: dict[str, float] = {}
     for figures in merged.values():
         for stack, weight in figures.stacks.items():
@@ -127,10 +125,9 @@ def slow_diff() -> Response:
         raise ParamError("route", "name a route, as /api/requests lists it")
     with db.read_connection("reading worst cases") as conn:
         rows = _request_rows(conn, selection, route)
-    slow: dict[str, float] = {}
-    for row in rows:
-        for stack, weight in json.loads(row.slow)["stacks"].items():
-            slow[stack] = slow.get(stack, 0) + weight
+    # Read as /api/requests reads them: the rows it leaves out are left out here too.
+    merged, unreadable = _merged(rows, "/api/slow-diff")
+    slow = merged[route].stacks if route in merged else {}
     labels = (*selection.labels, ("route", route))
     everything = db.get_db().read(replace(selection, labels=labels)).counts
     slowest = _whole(slow)
@@ -140,8 +137,24 @@ def slow_diff() -> Response:
         selection=_describe(selection),
         route=route,
         functions=[change.to_dict() for change in changes],
+        unreadable_rows=unreadable,
         **tree.to_dict(),
     )
+
+
+def _merged(rows: list[Any], endpoint: str) -> tuple[dict[str, RequestFigures], int]:
+    """The request rows' figures added up per route, and how many rows could not be read."""
+    merged: dict[str, RequestFigures] = {}
+    unreadable = 0
+    for row in rows:
+        figures = merged.get(row.route) or RequestFigures()
+        try:
+            merged[row.route] = figures.add(row._mapping)
+        except (SketchError, ValueError, TypeError, KeyError, AttributeError):
+            unreadable += 1  # written by hand, or damaged: left out, and said
+    if unreadable:
+        log.warning("%s: %d unreadable request rows left out", endpoint, unreadable)
+    return merged, unreadable
 
 
 def _route(name: str, figures: RequestFigures) -> dict[str, Any]:
@@ -159,8 +172,27 @@ def _route(name: str, figures: RequestFigures) -> dict[str, Any]:
     return summary
 
 
+def _stall_stacks(text: Any) -> dict[str, dict[str, float]] | None:
+    """A stall row's stacks, ``{"wall": {stack: weight}, "cpu": {...}}``, or None where
+    they are not that (damaged, or written by hand)."""
+    try:
+        stacks = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(stacks, dict) or set(stacks) != {"wall", "cpu"}:
+        return None
+    for part in stacks.values():
+        if not isinstance(part, dict) or not all(_weight(w) for w in part.values()):
+            return None
+    return stacks
+
+
+def _weight(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < math.inf
+
+
 def _stall(row: Any) -> dict[str, Any]:
-    stacks = json.loads(row.stacks)
+    stacks = _stall_stacks(row.stacks)
     return {
         "start": row.start,
         "duration": row.duration,
@@ -170,7 +202,8 @@ def _stall(row: Any) -> dict[str, Any]:
         "kind": row.kind,
         "thread": row.thread,
         "what": row.what,
-        "stacks": stacks,
+        "stacks": {"wall": {}, "cpu": {}} if stacks is None else stacks,
+        "unreadable": stacks is None,
     }
 
 
@@ -247,7 +280,10 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 
 
 def _whole(stacks: dict[str, float]) -> dict[str, int]:
-    return {stack: max(1, round(weight)) for stack, weight in stacks.items() if weight > 0}
+    # A weight of a damaged row may be Infinity (JSON as Python reads it), which no count is.
+    return {
+        stack: max(1, round(weight)) for stack, weight in stacks.items() if 0 < weight < math.inf
+    }
 
 
 def _label(q: float) -> str:

@@ -31,6 +31,7 @@ const stallTable = sortableTable($('stalls'), [
 ], row => {
   const stacks = row.stacks.wall && Object.keys(row.stacks.wall).length ? row.stacks.wall : row.stacks.cpu
   if (stacks && Object.keys(stacks).length) stallFlame.draw(tree(stacks))
+  else if (row.unreadable) stallFlame.clear('This stall\'s stacks could not be read (a damaged row of the store, logged by the server).')
   else stallFlame.clear('No stacks were read during this stall (a GIL hold whose holder the watcher could not name has none, and the python engine keeps no CPU samples to add).')
 })
 
