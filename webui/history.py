@@ -47,15 +47,12 @@ FINDING_COLUMNS += ("b_from", "b_to", "link")
 def function_series() -> Response:
     """The function's share per step of the window, deploys and change points."""
     selection = _selection()
-    function = (request.args.get("function") or "").strip()
-    if not function or len(function) > MAX_NAME:
-        raise ParamError("function", "name the function, as the flamegraph shows it (module:name)")
+    function, frame = _function()
     kind = parse_choice(request.args, "kind", ("self", "total"))
     deploy_label = (request.args.get("deploy_label") or "version").strip()[:200]
     query, filters = db.get_db().query, db.filters_of(selection)
     bucket = current_app.config["BUCKET_SECONDS"]
     step = bucket * max(1, math.ceil((selection.end - selection.start) / MAX_POINTS / bucket))
-    frame = escape_frame(function)
     points: list[dict[str, Any]] = []
     deploys: list[dict[str, Any]] = []
     seen: list[str] | None = None
@@ -100,6 +97,18 @@ def function_series() -> Response:
         change_points=[{**c.to_dict(), "t": points[c.at]["t"]} for c in found],
         findings=_findings(selection, frame),
     )
+
+
+def _function() -> tuple[str, str]:
+    """The ``function`` parameter as given, and as a frame of the stored stacks (escaped).
+
+    Not stripped: a name with spaces at its ends is a name of its own, as the flamegraph shows
+    it.
+    """
+    function = request.args.get("function") or ""
+    if not function or len(function) > MAX_NAME:
+        raise ParamError("function", "name the function, as the flamegraph shows it (module:name)")
+    return function, escape_frame(function)
 
 
 def _findings(selection: Selection, frame: str) -> list[dict[str, Any]]:
@@ -169,10 +178,7 @@ def sandwich() -> Response:
     """One function's callers and callees, merged across the whole graph: two trees rooted at
     the function (its callers' tree grows towards the roots of the stacks)."""
     selection = _selection()
-    function = (request.args.get("function") or "").strip()
-    if not function or len(function) > MAX_NAME:
-        raise ParamError("function", "name the function, as the flamegraph shows it (module:name)")
-    frame = escape_frame(function)
+    function, frame = _function()
     profile = db.get_db().read(selection)
     callers: dict[str, int] = {}
     callees: dict[str, int] = {}

@@ -8,6 +8,7 @@ import pytest
 from webhelpers import client_over, record_finding
 
 from collector.store import SampleRow
+from sampler.profile import escape_frame
 
 T0 = 1_700_000_000 // 86400 * 86400
 DEPLOY = T0 + 70 * 60  # version 1.4.2 from minute 70: render's share jumps from ~10% to ~25%
@@ -123,3 +124,23 @@ def test_time_order_puts_a_frame_per_step_oldest_first(client):
     deploy_column = (DEPLOY - T0) // 120
     assert render_share(steps[deploy_column - 1]) < 0.15 < 0.2 < render_share(steps[deploy_column])
     assert data["total"] == sum(s["value"] for s in steps) and data["interval"] == 0.01
+
+
+@pytest.mark.parametrize("name", ["mod:  padded  ", " "])
+def test_a_name_the_flamegraph_draws_is_found_exactly(tmp_path, name):
+    # Spaces at a name's ends are part of it (they were stripped: 0 samples where the graph
+    # drew 1,620).
+    stack = f"__main__:<module>;{escape_frame(name)}"
+    rows = [SampleRow(T0 + 60 * m, "cpu", "api", "h", "i", {}, stack, 54) for m in range(30)] + [
+        SampleRow(T0, "cpu", "api", "h", "i", {}, "__main__:<module>;mod:padded", 7)
+    ]
+    window = {"from": T0, "to": T0 + 1800, "function": name}
+    with client_over(tmp_path / "f.db", rows) as client:
+        series = client.get("/api/function-series", query_string=window)
+        assert series.status_code == 200, series.data[:300]
+        assert series.json["function"] == name
+        assert sum(p["samples"] for p in series.json["points"]) == 1620
+        sandwich = client.get("/api/sandwich", query_string=window)
+        assert sandwich.status_code == 200, sandwich.data[:300]
+        assert sandwich.json["samples"] == sandwich.json["self"] == 1620
+        assert sandwich.json["callers"]["name"] == name
