@@ -23,7 +23,14 @@ import sqlalchemy as sa
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from collector.store import schema
-from sampler.profile import DEFAULT_INTERVAL, Profile, escape_frame, rescale, split_frames
+from sampler.profile import (
+    DEFAULT_INTERVAL,
+    LIMITS,
+    Profile,
+    escape_frame,
+    rescale,
+    split_frames,
+)
 from webui import api, db
 from webui.api import _describe, _selection
 from webui.gcpause import paused_gc
@@ -37,7 +44,6 @@ api.json_errors(bp)
 
 MAX_POINTS = 96
 MAX_STEPS = 60  # columns of the time-ordered graph
-MAX_NAME = 2000
 MAX_FINDINGS = 50
 FINDING_COLUMNS = ("found_at", "service", "kind", "change", "ci_low", "ci_high", "q", "compared")
 FINDING_COLUMNS += ("b_from", "b_to", "link")
@@ -103,12 +109,19 @@ def _function() -> tuple[str, str]:
     """The ``function`` parameter as given, and as a frame of the stored stacks (escaped).
 
     Not stripped: a name with spaces at its ends is a name of its own, as the flamegraph shows
-    it.
+    it. Any frame the store can hold is accepted: one no longer than its longest stack.
     """
     function = request.args.get("function") or ""
-    if not function or len(function) > MAX_NAME:
+    if not function:
         raise ParamError("function", "name the function, as the flamegraph shows it (module:name)")
-    return function, escape_frame(function)
+    frame = escape_frame(function)
+    if len(frame) > LIMITS.max_stack:
+        raise ParamError(
+            "function",
+            f"{len(frame):,} characters (escaped as stored), longer than any stack the store "
+            f"holds ({LIMITS.max_stack:,}): no frame has this name",
+        )
+    return function, frame
 
 
 def _findings(selection: Selection, frame: str) -> list[dict[str, Any]]:

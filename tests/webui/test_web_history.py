@@ -76,7 +76,7 @@ def test_the_series_shows_the_step_its_deploy_and_its_change_point(client):
 
 
 @pytest.mark.parametrize(
-    "query", [{}, {"function": "app:render", "kind": "both"}, {"function": "x" * 3000}]
+    "query", [{}, {"function": "app:render", "kind": "both"}, {"function": "x" * 70_000}]
 )
 def test_bad_parameters_are_400(client, query):
     answer = client.get("/api/function-series", query_string={"from": T0, "to": T0 + 600, **query})
@@ -126,10 +126,10 @@ def test_time_order_puts_a_frame_per_step_oldest_first(client):
     assert data["total"] == sum(s["value"] for s in steps) and data["interval"] == 0.01
 
 
-@pytest.mark.parametrize("name", ["mod:  padded  ", " "])
+@pytest.mark.parametrize("name", ["mod:  padded  ", " ", "mod:" + "L" * 10_000])
 def test_a_name_the_flamegraph_draws_is_found_exactly(tmp_path, name):
     # Spaces at a name's ends are part of it (they were stripped: 0 samples where the graph
-    # drew 1,620).
+    # drew 1,620), and a frame of 10,000 characters is a frame like any (it was a 400).
     stack = f"__main__:<module>;{escape_frame(name)}"
     rows = [SampleRow(T0 + 60 * m, "cpu", "api", "h", "i", {}, stack, 54) for m in range(30)] + [
         SampleRow(T0, "cpu", "api", "h", "i", {}, "__main__:<module>;mod:padded", 7)
