@@ -18,6 +18,7 @@ import logging
 import queue
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from typing import Any
@@ -145,10 +146,15 @@ class FindingsJob:
         return max((t for t, count in points if count), default=start)
 
     def _link(self, row: dict[str, Any]) -> str:
-        query = f"service={row['service']}&a_from={row['a_from']}&a_to={row['a_to']}"
-        query += f"&b_from={row['b_from']}&b_to={row['b_to']}"
+        names = ["service", "a_from", "a_to", "b_from", "b_to"]
         if row["a_label"]:
-            query += f"&a_label={row['a_label']}&b_label={row['b_label']}"
+            names += ["a_label", "b_label"]
+        # Every value percent-encoded: a version such as 1.4.2+build.8 (a '+' reads as a
+        # space), or a service holding '&' or '#', would otherwise name something else. ':' and
+        # '/' stay as they are, so a link still reads a_label=version:1.4.2.
+        query = urllib.parse.urlencode(
+            [(name, str(row[name])) for name in names], quote_via=urllib.parse.quote, safe=":/"
+        )
         return f"{self.link_base}/compare?{query}"
 
     def _record(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

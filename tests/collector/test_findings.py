@@ -18,13 +18,13 @@ RENDER = "__main__:<module>;app:serve;app:render"
 OTHER = "__main__:<module>;app:serve;db:query"
 
 
-def rows():
+def rows(service="shop", old="1.4.1", new="1.4.2"):
     rng = np.random.default_rng(8)
     out = []
     for minute in range(-180, 5):  # three hours of 1.4.1, then five minutes of 1.4.2
         bucket = DEPLOY + 60 * minute
-        version = "1.4.2" if minute >= 0 else "1.4.1"
-        render = 0.25 if version == "1.4.2" else 0.15  # +10 points in 1.4.2
+        version = new if minute >= 0 else old
+        render = 0.25 if version == new else 0.15  # +10 points in 1.4.2
         for index in range(4):
             share = rng.beta(render * 400, (1 - render) * 400)
             counts = rng.multinomial(1000, [share, 1 - share])
@@ -33,7 +33,7 @@ def rows():
                     SampleRow(
                         bucket,
                         "cpu",
-                        "shop",
+                        service,
                         f"web-{index}",
                         f"i-{index}-{version}",
                         {"version": version},
@@ -143,3 +143,36 @@ def test_found_from_the_first_round_after_the_deploy_while_both_versions_run(sql
         "version 1.4.1 -> 1.4.2"
     ] * len([f for f in found if f["function"] == "app:render"])
     assert any(f["function"] == "app:render" for f in found)
+
+
+def test_the_link_names_versions_and_services_holding_url_characters(sqlite_url):
+    # A '+' (semver build metadata) read as a space, '&' and '#' cut the service: the link
+    # opened a comparison of nothing.
+    from urllib.parse import parse_qs, urlsplit
+
+    service, old, new = "shop&co #1", "1.4.1+build.7", "1.4.2+build.8"
+    store = Store(sqlite_url)
+    store.migrate()
+    store.write(rows(service, old, new))
+    try:
+        found = FindingsJob(store, window=300, link_base="http://ui.example").run(DEPLOY + 300)
+    finally:
+        store.close()
+    (render,) = [f for f in found if f["function"] == "app:render" and f["kind"] == "self"]
+    link = urlsplit(render["link"])
+    assert link.fragment == "" and link.path == "/compare"
+    query = parse_qs(link.query)
+    assert query["service"] == [service]
+    assert query["a_label"] == [f"version:{old}"] and query["b_label"] == [f"version:{new}"]
+    assert "b_label=version:1.4.2%2Bbuild.8" in render["link"]
+    from webui import create_app
+
+    # The web UI reads the link's query as the comparison the finding made.
+    app = create_app({"DATABASE_URL": sqlite_url})
+    try:
+        answer = app.test_client().get(f"/api/diff?{link.query}")
+        assert answer.status_code == 200, answer.data[:300]
+        assert answer.json["a"]["label"] == [f"version:{old}"]
+        assert answer.json["total_a"] > 0 and answer.json["total_b"] > 0
+    finally:
+        app.extensions["fleetflame_db"].close()
