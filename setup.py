@@ -64,6 +64,7 @@ def native_extensions() -> list[Extension]:
         "watch",
         "asgi",
         "asgi_answer",
+        "asgi_request",
         "function_numbers",
         "function_files",
     ]

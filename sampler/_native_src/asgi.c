@@ -180,14 +180,12 @@ static PyObject *StatusSend_call(StatusSend *self, PyObject *const *args, size_t
     return awaited;
 }
 
-static PyObject *StatusSend_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+static PyTypeObject StatusSendType;
+
+/* StatusSend(send, state), for the C path's request (asgi_request.c). */
+PyObject *asgi_status_send(PyObject *send, PyObject *state)
 {
-    PyObject *send, *state;
-    if (!PyArg_UnpackTuple(args, "StatusSend", 2, 2, &send, &state) ||
-        (kwargs != NULL && !_PyArg_NoKeywords("StatusSend", kwargs))) {
-        return NULL;
-    }
-    StatusSend *self = (StatusSend *)type->tp_alloc(type, 0);
+    StatusSend *self = (StatusSend *)StatusSendType.tp_alloc(&StatusSendType, 0);
     if (self == NULL) {
         return NULL;
     }
@@ -195,6 +193,16 @@ static PyObject *StatusSend_new(PyTypeObject *type, PyObject *args, PyObject *kw
     self->state = Py_NewRef(state);
     self->vectorcall = (vectorcallfunc)StatusSend_call;
     return (PyObject *)self;
+}
+
+static PyObject *StatusSend_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *send, *state;
+    if (!PyArg_UnpackTuple(args, "StatusSend", 2, 2, &send, &state) ||
+        (kwargs != NULL && !_PyArg_NoKeywords("StatusSend", kwargs))) {
+        return NULL;
+    }
+    return asgi_status_send(send, state); /* not a base type: type is StatusSendType */
 }
 
 static int StatusSend_traverse(StatusSend *self, visitproc visit, void *arg)
@@ -281,7 +289,8 @@ int asgi_add_types(PyObject *module)
         (str_trailers = PyUnicode_InternFromString("trailers")) == NULL ||
         (str_get = PyUnicode_InternFromString("get")) == NULL ||
         (absent = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type)) == NULL ||
-        PyType_Ready(&StatusSendType) < 0 || asgi_answer_ready() < 0) {
+        PyType_Ready(&StatusSendType) < 0 || asgi_answer_ready() < 0 ||
+        asgi_request_add_type(module) < 0) {
         return -1;
     }
     return PyModule_AddObjectRef(module, "StatusSend", (PyObject *)&StatusSendType);

@@ -40,8 +40,8 @@ static PySendResult Answering_am_send(Answering *self, PyObject *arg, PyObject *
 }
 
 /* Ends an iteration that returned ``value`` (stolen): StopIteration(value), or none set for
- * None, which an iterator's next may leave unset. */
-static PyObject *returned(PyObject *value, int always)
+ * None (unless ``always``: send's), which an iterator's next may leave unset. */
+PyObject *asgi_returned(PyObject *value, int always)
 {
     if (value == Py_None && !always) {
         Py_DECREF(value);
@@ -63,7 +63,7 @@ static PyObject *Answering_send(Answering *self, PyObject *arg)
     if (sent == PYGEN_NEXT) {
         return result;
     }
-    return sent == PYGEN_RETURN ? returned(result, 1) : NULL;
+    return sent == PYGEN_RETURN ? asgi_returned(result, 1) : NULL;
 }
 
 static PyObject *Answering_next(Answering *self)
@@ -73,7 +73,7 @@ static PyObject *Answering_next(Answering *self)
     if (sent == PYGEN_NEXT) {
         return result;
     }
-    return sent == PYGEN_RETURN ? returned(result, 0) : NULL;
+    return sent == PYGEN_RETURN ? asgi_returned(result, 0) : NULL;
 }
 
 /* throw(...) is passed to the coroutine's: if the coroutine returns from it (it caught the
@@ -96,6 +96,21 @@ static PyObject *Answering_throw(Answering *self, PyObject *args)
         PyErr_Restore(type, value, traceback);
     }
     return result;
+}
+
+/* Raises what throw(type[, value[, traceback]]) or throw(exception) was given. */
+PyObject *asgi_raise_thrown(PyObject *args)
+{
+    PyObject *thrown = PyTuple_GET_SIZE(args) > 0 ? PyTuple_GET_ITEM(args, 0) : NULL;
+    PyObject *value = PyTuple_GET_SIZE(args) > 1 ? PyTuple_GET_ITEM(args, 1) : NULL;
+    if (thrown != NULL && PyExceptionInstance_Check(thrown)) {
+        PyErr_SetObject((PyObject *)Py_TYPE(thrown), thrown);
+    } else if (thrown != NULL && PyExceptionClass_Check(thrown)) {
+        PyErr_SetObject(thrown, value);
+    } else {
+        PyErr_SetString(PyExc_TypeError, "throw() takes an exception");
+    }
+    return NULL;
 }
 
 static PyObject *Answering_close(Answering *self, PyObject *unused)

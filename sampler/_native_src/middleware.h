@@ -69,6 +69,11 @@ PyObject *request_routed(WSGIRequest *request, PyObject *template);
 PyObject *route_name(PyObject *recorder, PyObject *seen, int raw);
 /* Hands the finished request to the recorder (once; later calls do nothing). */
 int request_finish(WSGIRequest *request);
+/* The Finished tuple of sampler/_requests.py (ident: the calling thread's). */
+PyObject *finished_new(PyObject *route, double started, double duration, PyObject *header,
+                       double wall, int asgi, PyObject *status, PyObject *path);
+/* Hands a Finished tuple (sampler/_requests.py) to the recorder, as its finish() does. */
+int recorder_hand_over(PyObject *recorder, PyObject *finished, Py_ssize_t max_pending);
 
 /* -- Flask's routing (flask_routing.c) ------------------------------------------------------ */
 

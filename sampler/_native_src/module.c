@@ -71,6 +71,10 @@ static PyMethodDef methods[] = {
     {"asgi_answered", native_asgi_answered, METH_O,
      "asgi_answered(function): what StatusSend hands the answer's last message's send to, "
      "function(sending, state), to note when the request ended."},
+    {"asgi_bind", native_asgi_bind, METH_VARARGS,
+     "asgi_bind(recorder, unmatched, key, max_pending): what ASGIRequest records requests "
+     "to, the route of those no route named, the scope's key of a request's state, and the "
+     "recorder's queue bound."},
     {"asgi_mark", native_asgi_mark, METH_O,
      "asgi_mark(marks): sets each name of the dict marks on StatusSend (asyncio's and "
      "inspect's markers of a callable that returns an awaitable)."},

@@ -24,8 +24,68 @@ PyObject *route_name(PyObject *recorder, PyObject *seen, int raw)
                                       NULL);
 }
 
-/* Hands the finished request to the recorder, as WSGI's _Request.finish does: appended to
- * its queue, the recorder's thread woken if it sleeps. */
+/* The Finished tuple of sampler/_requests.py, on the thread that calls. */
+PyObject *finished_new(PyObject *route, double started, double duration, PyObject *header,
+                       double wall, int asgi, PyObject *status, PyObject *path)
+{
+    PyObject *finished = PyTuple_New(9);
+    PyObject *items[9] = {
+        Py_NewRef(route),
+        PyFloat_FromDouble(started),
+        PyFloat_FromDouble(duration),
+        Py_NewRef(header),
+        PyFloat_FromDouble(wall),
+        PyLong_FromUnsignedLong(PyThread_get_thread_ident()),
+        Py_NewRef(asgi ? Py_True : Py_False),
+        Py_NewRef(status),
+        Py_NewRef(path),
+    };
+    int built = finished != NULL;
+    for (int i = 0; i < 9; i++) {
+        built = built && items[i] != NULL;
+    }
+    if (!built) {
+        for (int i = 0; i < 9; i++) {
+            Py_XDECREF(items[i]);
+        }
+        Py_XDECREF(finished);
+        return NULL;
+    }
+    for (int i = 0; i < 9; i++) {
+        PyTuple_SET_ITEM(finished, i, items[i]);
+    }
+    return finished;
+}
+
+/* Hands a Finished tuple to the recorder, as its finish() does: appended to its queue, the
+ * recorder's thread woken if it sleeps. */
+int recorder_hand_over(PyObject *recorder, PyObject *finished, Py_ssize_t max_pending)
+{
+    PyObject *pending = PyObject_GetAttr(recorder, str_pending);
+    int failed = pending == NULL;
+    if (!failed) {
+        /* The queue's bound and the wake-up: recorder.finish does both, called when the queue
+         * is long (it counts the drop) or the recorder's thread is not awake. */
+        PyObject *awake = PyObject_GetAttr(recorder, str_awake);
+        Py_ssize_t length = awake != NULL ? PyObject_Size(pending) : -1;
+        if (awake == NULL || length < 0) {
+            failed = 1;
+        } else if (awake == Py_True && length < max_pending) {
+            PyObject *done = PyObject_CallMethodOneArg(pending, str_append, finished);
+            failed = done == NULL;
+            Py_XDECREF(done);
+        } else {
+            PyObject *done = PyObject_CallMethodOneArg(recorder, str_finish, finished);
+            failed = done == NULL;
+            Py_XDECREF(done);
+        }
+        Py_XDECREF(awake);
+        Py_DECREF(pending);
+    }
+    return failed ? -1 : 0;
+}
+
+/* Hands the finished request to the recorder, as WSGI's _Request.finish does. */
 int request_finish(WSGIRequest *request)
 {
     if (request->finished) {
@@ -45,32 +105,10 @@ int request_finish(WSGIRequest *request)
     if (!given) {
         path = str_slash;
     }
-    /* The Finished tuple of sampler/_requests.py. */
-    PyObject *finished = PyTuple_New(9);
-    PyObject *items[9] = {
-        Py_NewRef(route),
-        PyFloat_FromDouble(request->started),
-        PyFloat_FromDouble(now - request->started),
-        Py_NewRef(request->header),
-        PyFloat_FromDouble(request->wall),
-        PyLong_FromUnsignedLong(PyThread_get_thread_ident()),
-        Py_NewRef(Py_False),
-        Py_NewRef(request->status),
-        Py_NewRef(path),
-    };
-    int built = finished != NULL;
-    for (int i = 0; i < 9; i++) {
-        built = built && items[i] != NULL;
-    }
-    if (!built) {
-        for (int i = 0; i < 9; i++) {
-            Py_XDECREF(items[i]);
-        }
-        Py_XDECREF(finished);
+    PyObject *finished = finished_new(route, request->started, now - request->started,
+                                      request->header, request->wall, 0, request->status, path);
+    if (finished == NULL) {
         return -1;
-    }
-    for (int i = 0; i < 9; i++) {
-        PyTuple_SET_ITEM(finished, i, items[i]);
     }
     WSGIWrapper *wrapper = request->wrapper;
     if (wrapper->routed && request->route == NULL && !wrapper->unrouted_told) {
@@ -83,28 +121,7 @@ int request_finish(WSGIRequest *request)
         }
         Py_XDECREF(told);
     }
-    PyObject *recorder = wrapper->recorder;
-    PyObject *pending = PyObject_GetAttr(recorder, str_pending);
-    int failed = pending == NULL;
-    if (!failed) {
-        /* The queue's bound and the wake-up: recorder.finish does both, called when the queue
-         * is long (it counts the drop) or the recorder's thread is not awake. */
-        PyObject *awake = PyObject_GetAttr(recorder, str_awake);
-        Py_ssize_t length = awake != NULL ? PyObject_Size(pending) : -1;
-        if (awake == NULL || length < 0) {
-            failed = 1;
-        } else if (awake == Py_True && length < request->wrapper->max_pending) {
-            PyObject *done = PyObject_CallMethodOneArg(pending, str_append, finished);
-            failed = done == NULL;
-            Py_XDECREF(done);
-        } else {
-            PyObject *done = PyObject_CallMethodOneArg(recorder, str_finish, finished);
-            failed = done == NULL;
-            Py_XDECREF(done);
-        }
-        Py_XDECREF(awake);
-        Py_DECREF(pending);
-    }
+    int failed = recorder_hand_over(wrapper->recorder, finished, wrapper->max_pending);
     Py_DECREF(finished);
     /* The environ holds the request (for the routing hook), and the body may hold the environ:
      * let go of both, so the cycle's objects are freed now, not by the next collection. */

@@ -8,7 +8,7 @@ from threading import get_ident
 from time import monotonic
 
 from .._labels import native_route_tags, route_tag_type
-from .._requests import UNMATCHED, recorder
+from .._requests import MAX_PENDING, UNMATCHED, recorder
 
 # In C where the native extension is built: a request's tag costs no Python frame.
 RouteTag = route_tag_type()
@@ -91,7 +91,7 @@ async def _answered(sending: Awaitable[Any], state: list[Any]) -> Any:
     return sent
 
 
-if getattr(_NATIVE, "asgi_answered", None) is None:
+if getattr(_NATIVE, "asgi_bind", None) is None:
     _NATIVE = None  # an extension built before these parts: the Python ones
 _marked = False
 
@@ -108,6 +108,7 @@ def _mark_sends() -> None:
     if _NATIVE is not None:
         _NATIVE.asgi_mark(marks)
         _NATIVE.asgi_answered(_answered)
+        _NATIVE.asgi_bind(recorder, UNMATCHED, KEY, MAX_PENDING)
     _marked = True
 
 
@@ -119,18 +120,35 @@ class ASGIMiddleware:
     task runs it; any other app's requests by their path, the first ``MAX_RAW_PATHS`` of them.
     """
 
-    # The header's search and the status's send: in C where the native extension is built.
+    # The header's search, the status's send and a routed app's request (all the coroutine
+    # below does): in C where the native extension is built.
     request_start = staticmethod(
         _NATIVE.asgi_request_start if _NATIVE is not None else python_request_start
     )
     status_send = _NATIVE.StatusSend if _NATIVE is not None else PythonStatusSend
+    routed_request = _NATIVE.ASGIRequest if _NATIVE is not None else None
 
     def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
         _mark_sends()
         self.app = app
         self._routed: bool | None = None  # None: not looked for routes yet
+        # What a server that asks whether ``app.__call__`` is a coroutine function sees (as
+        # uvicorn and hypercorn do, to tell ASGI 3 from 2; before 3.12, inspect knows no
+        # marker): the Python path's coroutine function. A call of the app itself is the
+        # class's __call__, which gives the same request's awaitable, in C where it can.
+        self.__call__ = self._request  # type: ignore[method-assign]
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """The request's awaitable: an HTTP request's through a routed app is in C where the
+        extension is built; any other is the coroutine of ``_request``."""
+        if self.routed_request is not None and scope.get("type") == "http":
+            if self._routed is None:
+                self._routed = _wrap_routes(self.app)
+            if self._routed:
+                return self.routed_request(self.app, scope, receive, send)  # type: ignore[no-any-return]
+        return self._request(scope, receive, send)
+
+    async def _request(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get("type") != "http":
             await self.app(scope, receive, send)
             return
@@ -222,3 +240,4 @@ class PythonASGIMiddleware(ASGIMiddleware):
 
     request_start = staticmethod(python_request_start)
     status_send = PythonStatusSend
+    routed_request = None

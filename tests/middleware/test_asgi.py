@@ -11,17 +11,44 @@ from mwhelpers import counted
 import sampler.middleware
 from sampler._labels import native_route_tags
 from sampler._requests import UNMATCHED, recorder
-from sampler.middleware._asgi import PythonASGIMiddleware
+from sampler.middleware._asgi import KEY, PythonASGIMiddleware
 
 # Counting and naming requests only: nothing here reads a request's time.
 pytestmark = pytest.mark.parallel
 
-ASGI_PATHS = ["python"] + (["c"] if native_route_tags() is not None else [])
+
+class PathRouter:
+    """A router as the middleware finds one (a list of routes) naming each request by its
+    path, as a Starlette route's wrapper names it by its template: the C path's requests
+    through a routed app (sampler._native.ASGIRequest), on the tests' plain apps."""
+
+    routes: list = []
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        state = scope.get(KEY)
+        if state is not None:
+            state[0] = recorder.route_name(scope["path"])
+        await self.app(scope, receive, send)
 
 
-@pytest.fixture(params=ASGI_PATHS)
+class RoutedASGIMiddleware(sampler.middleware.ASGIMiddleware):
+    def __init__(self, app):
+        super().__init__(PathRouter(app))
+
+
+MIDDLEWARES = {"python": PythonASGIMiddleware}
+if native_route_tags() is not None:
+    MIDDLEWARES.update(c=sampler.middleware.ASGIMiddleware, routed=RoutedASGIMiddleware)
+
+
+@pytest.fixture(params=list(MIDDLEWARES))
 def asgi_middleware(request):
-    return {"c": sampler.middleware.ASGIMiddleware, "python": PythonASGIMiddleware}[request.param]
+    """The Python path, the C path on an app without routes (its Python coroutine, with the C
+    header search and send) and the C path on a routed app (all of it in C)."""
+    return MIDDLEWARES[request.param]
 
 
 def test_importing_the_middleware_for_a_wsgi_app_imports_no_asyncio():
@@ -40,6 +67,27 @@ def test_the_extensions_parts_are_used_where_it_is_built():
     middleware = sampler.middleware.ASGIMiddleware
     assert (middleware.request_start is python_request_start) is not native
     assert (middleware.status_send is PythonStatusSend) is not native
+
+
+def test_a_routed_apps_request_is_in_c_and_the_app_passes_for_asgi_3(asgi_middleware):
+    # Servers tell ASGI 3 from 2 by asking whether app.__call__ is a coroutine function:
+    # uvicorn with asyncio's test, hypercorn with inspect's (which before 3.12 sees no
+    # marker). The C path's __call__ is a plain function giving an awaitable.
+    import inspect
+
+    from uvicorn.config import Config
+
+    app = asgi_middleware(plain_app)
+    assert inspect.iscoroutinefunction(app.__call__)
+    assert asyncio.iscoroutinefunction(app.__call__)
+    config = Config(app)
+    config.load()
+    assert config.interface == "asgi3"
+    scope = {"type": "http", "path": "/", "headers": []}
+    request = app(scope, None, None)
+    native = asgi_middleware is RoutedASGIMiddleware
+    assert (type(request).__name__ == "ASGIRequest") is native
+    request.close()
 
 
 def test_the_send_an_app_is_given_passes_for_a_coroutine_function(asgi_middleware):
@@ -182,6 +230,64 @@ def test_the_last_messages_send_is_awaited_as_the_servers_would_be(asgi_middlewa
     asyncio.run(main())
 
 
+def test_a_request_cancelled_closed_or_dropped_is_recorded_as_a_coroutine_would_be(
+    asgi_middleware,
+):
+    # The C path's request is an object, not a coroutine: cancelled, closed or dropped
+    # mid-way, it must end as the Python path's coroutine does (its finally), once.
+    import gc
+
+    scope = {"type": "http", "headers": [], "method": "GET"}
+
+    async def receive():
+        return {"type": "http.request", "body": b""}
+
+    async def send(message):
+        return None
+
+    async def answers_late(scope, receive, send):
+        if scope["path"] == "/cancelled-waiting":
+            await asyncio.sleep(1)
+        await background_app(scope, receive, send)
+
+    async def main():
+        app = asgi_middleware(answers_late)
+        before = asyncio.create_task(app({**scope, "path": "/cancelled-waiting"}, receive, send))
+        after = asyncio.create_task(app({**scope, "path": "/cancelled-answered"}, receive, send))
+        await asyncio.sleep(0.05)  # both wait: /cancelled-answered after its answer
+        for task in (before, after):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+        async def waits(scope, receive, send):
+            await asyncio.sleep(1)
+
+        for path in ("/closed", "/dropped", "/never-begun"):
+            request = asgi_middleware(waits)({**scope, "path": path}, receive, send)
+            if path != "/never-begun":
+                request.send(None)  # its first step: waiting in the app
+            if path != "/dropped":
+                request.close()
+                request.close()  # once is enough
+            del request
+            gc.collect()
+
+        def not_async(scope, receive, send):
+            raise TypeError("planted")
+
+        with pytest.raises(TypeError, match="planted"):
+            await asgi_middleware(not_async)({**scope, "path": "/sync-fail"}, receive, send)
+
+    asyncio.run(main())
+    routes = records(5)
+    assert "/never-begun" not in routes  # an unstarted coroutine runs no finally
+    for route in ("/cancelled-waiting", "/closed", "/dropped", "/sync-fail"):
+        assert [request["status"] for request in routes[route]["slowest"]] == [0], route
+    (answered,) = routes["/cancelled-answered"]["slowest"]
+    assert answered["status"] == 201 and answered["duration"] < 0.05
+
+
 def test_a_request_ends_with_its_answer_not_with_its_background_work(asgi_middleware):
     app = asgi_middleware(background_app)
     call(app, "/later")
@@ -288,7 +394,10 @@ def test_a_request_outside_http_is_passed_on_uncounted(asgi_middleware):
     assert recorder.document()["routes"] == {}
 
 
+@pytest.mark.parametrize("asgi_middleware", [MIDDLEWARES["python"], MIDDLEWARES.get("c")])
 def test_starlette_routes_are_named_on_both_paths(asgi_middleware):
+    if asgi_middleware is None:
+        pytest.skip("the native extension is not built")
     import httpx
     from starlette.applications import Starlette
     from starlette.responses import PlainTextResponse
