@@ -15,7 +15,7 @@ from typing import Any
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from collector.store import InvalidQuery, StoreError, StoreUnavailable
-from sampler.profile import align_up, unescape_frame
+from sampler.profile import LIMITS, align_up, unescape_frame
 from webui import db
 from webui.exports import EXPORTS, ExportInfo
 from webui.gcpause import paused_gc
@@ -30,6 +30,7 @@ from webui.model import (
 from webui.params import (
     ParamError,
     Selection,
+    label_param,
     parse_choice,
     parse_compare,
     parse_float,
@@ -79,7 +80,7 @@ def _describe(selection: Selection) -> dict[str, Any]:
         "service": list(selection.services),
         "host": list(selection.hosts),
         "instance": list(selection.instances),
-        "label": [f"{k}:{v}" for k, v in selection.labels],
+        "label": [label_param(k, v) for k, v in selection.labels],
     }
 
 
@@ -158,7 +159,7 @@ def timeline() -> Response:
         "total": sum(count for _, count in filled),
         "points": filled,
     }
-    split = (request.args.get("split") or "").strip()
+    split = request.args.get("split") or ""  # a label key, exactly (it may hold spaces)
     if split:
         answer["split"] = split
         answer["series"] = _split_timeline(selection, split, step, interval)
@@ -175,7 +176,7 @@ def _split_timeline(
     ``MAX_SPLIT`` values with the most samples, each its own line, counted in samples of
     ``interval`` (the whole timeline's: a host sampling at 20 ms beside 10 ms ones counts
     its samples twice, in every line as in the total)."""
-    if len(key) > 200:
+    if len(key) > LIMITS.max_name:
         raise ParamError("split", "a label key, or service, host or instance")
     query = db.get_db().query
     filters = db.filters_of(selection)

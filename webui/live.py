@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from collector.store import schema
-from sampler.profile import parse_folded
+from sampler.profile import LIMITS, parse_folded
 from webui import api, db, pages
 from webui.model import flame_tree
 from webui.params import ParamError, parse_int
@@ -35,8 +35,8 @@ MAX_BYTES = 50_000_000
 @bp.get("/api/live")
 def live() -> Response:
     """The flamegraph of one instance's next ``seconds`` (1 to 60)."""
-    instance = (request.args.get("instance") or "").strip()
-    if not instance or len(instance) > 200:
+    instance = request.args.get("instance") or ""  # as stored, exactly
+    if not instance or len(instance) > LIMITS.max_name:
         raise ParamError("instance", "name an instance the collector polls (its id)")
     seconds = parse_int(request.args, "seconds", 10, 1, MAX_SECONDS)
     target = _target_of(instance)

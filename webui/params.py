@@ -6,27 +6,30 @@ Flask's ``request.args``) and the current time.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from sampler.profile import MODES, WindowError, parse_window
+from sampler.profile import LIMITS, MODES, WindowError, parse_window
 
 __all__ = [
     "MODES",
     "ParamError",
     "Selection",
+    "label_param",
     "parse_choice",
     "parse_compare",
     "parse_float",
     "parse_int",
+    "parse_label",
     "parse_selection",
 ]
 
 N = TypeVar("N", int, float)
 # Parameters that filter on a column rather than a label.
 _COLUMNS = {"service": "services", "host": "hosts", "instance": "instances"}
-_MAX_VALUE_LENGTH = 1000
+_KEY_DECODER = json.JSONDecoder()
 
 
 class Args(Protocol):
@@ -67,11 +70,47 @@ class Selection:
 
 
 def _values(args: Args, name: str) -> list[str]:
-    values = [v.strip() for v in args.getlist(name) if v.strip()]
+    """The parameter's values exactly as given (an empty one filters nothing): a stored name
+    may hold spaces at its ends, tabs, any character but NUL."""
+    values = [value for value in args.getlist(name) if value]
     for value in values:
-        if len(value) > _MAX_VALUE_LENGTH or any(ord(c) < 32 for c in value):
-            raise ParamError(name, "too long or contains control characters")
+        _check(name, value, "the value", LIMITS.max_name)
     return values
+
+
+def _check(param: str, text: str, what: str, longest: int) -> None:
+    """Refuses text no stored name or value can be: longer than the store takes, or with a
+    NUL (which PostgreSQL cannot even be asked for)."""
+    if len(text) > longest:
+        raise ParamError(
+            param,
+            f"{what} is {len(text):,} characters long, more than the store holds ({longest:,})",
+        )
+    if "\x00" in text:
+        raise ParamError(param, f"{what} holds a NUL character, which no stored name holds")
+
+
+def parse_label(item: str) -> tuple[str, str] | None:
+    """Reads ``key:value``, split at the first ``:``, or ``"key":value`` with the key a JSON
+    string (for a key holding ``:``, as label_param writes it); None when it is neither."""
+    if item.startswith('"'):
+        try:
+            key, end = _KEY_DECODER.raw_decode(item)
+        except ValueError:
+            key, end = None, 0
+        if isinstance(key, str) and item[end : end + 1] == ":":
+            return key, item[end + 1 :]
+    key, sep, value = item.partition(":")
+    return (key, value) if sep else None
+
+
+def label_param(key: str, value: str) -> str:
+    """A label filter as the ``label`` parameter takes it: ``key:value``, the key written as a
+    JSON string where it holds ``:`` or starts with ``"`` (the twin of labelParam in
+    static/js/state.js)."""
+    if ":" in key or key.startswith('"'):
+        key = json.dumps(key, ensure_ascii=False)
+    return f"{key}:{value}"
 
 
 def _text(args: Args, name: str, default: str) -> str:
@@ -93,11 +132,20 @@ def _window(args: Args, prefix: str, start: str, end: str, now: int) -> tuple[in
 
 def _labels(args: Args, name: str) -> list[tuple[str, str]]:
     labels = []
-    for item in _values(args, name):
-        key, sep, value = item.partition(":")
-        if not sep or not key.strip() or not value.strip():
-            raise ParamError(name, f"expected key:value (e.g. version:1.4.2), got {item[:80]!r}")
-        labels.append((key.strip(), value.strip()))
+    for item in args.getlist(name):
+        if not item:
+            continue
+        label = parse_label(item)
+        if label is None or not label[0]:
+            raise ParamError(
+                name,
+                f"expected key:value (e.g. version:1.4.2; a key holding ':' as a JSON string, "
+                f'"k:1":value), got {item[:80]!r}',
+            )
+        key, value = label
+        _check(name, key, "the key", LIMITS.max_name)
+        _check(name, value, "the value", LIMITS.max_text)
+        labels.append(label)
     return labels
 
 

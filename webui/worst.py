@@ -23,7 +23,7 @@ from collector.request_rows import SKETCHES, RequestFigures
 from collector.store import schema
 from collector.worst_rows import FLEET_WIDTHS, stall_stacks
 from sampler._sketch import SketchError
-from sampler.profile import align_down, align_up
+from sampler.profile import LIMITS, align_down, align_up
 from webui import api, db, pages
 from webui.api import _describe, _selection
 from webui.model import diff_tree, flame_tree, rank_changes
@@ -120,8 +120,8 @@ def slow_diff() -> Response:
     ``route`` label), as the compare page's differential tree and functions: what the slow
     requests do more of than the route's requests in general."""
     selection = _selection()
-    route = (request.args.get("route") or "").strip()
-    if not route or len(route) > 1000:
+    route = request.args.get("route") or ""  # a route label's value, exactly
+    if not route or len(route) > LIMITS.max_text:
         raise ParamError("route", "name a route, as /api/requests lists it")
     with db.read_connection("reading worst cases") as conn:
         rows = _request_rows(conn, selection, route)

@@ -2,7 +2,7 @@
 // side), and the functions ranked by how their share of each side's total changed.
 
 import { $, body, count, counted, formatTime, pct, regexEscape, showStatus, signedPct } from './util.js'
-import { api, params, selectionParams, update } from './state.js'
+import { api, labelParam, params, selectionParams, update } from './state.js'
 import { refreshFilters, setupFilters } from './filters.js'
 import { createFlame } from './flame.js'
 import { sortableTable } from './table.js'
@@ -233,7 +233,12 @@ async function load () {
 
 setupFilters(load)
 $('compare-apply').addEventListener('click', () => {
-  update(p => { for (const key of SIDE_KEYS) p.set(key, $(key).value.trim()) })
+  // A label offered (from the data) is taken exactly, spaces at its ends too; one typed is
+  // trimmed.
+  const offered = new Set([...$('label-options').options].map(option => option.value))
+  update(p => {
+    for (const key of SIDE_KEYS) p.set(key, offered.has($(key).value) ? $(key).value : $(key).value.trim())
+  })
   load()
 })
 // Versions as people number them: 1.4.10 after 1.4.9.
@@ -249,7 +254,7 @@ async function previousVersion () {
   const [previous, current] = versions.slice(-2)
   update(p => {
     for (const key of SIDE_KEYS) p.delete(key)
-    p.set('a_label', `version:${previous}`); p.set('b_label', `version:${current}`)
+    p.set('a_label', labelParam('version', previous)); p.set('b_label', labelParam('version', current))
   })
   load()
 }
@@ -261,7 +266,7 @@ async function offerLabels () {
     const options = []
     for (const [key, list] of Object.entries(values)) {
       if (['service', 'host', 'instance'].includes(key)) continue
-      for (const value of list) options.push(new Option(`${key}:${value}`, `${key}:${value}`))
+      for (const value of list) options.push(new Option(labelParam(key, value), labelParam(key, value)))
     }
     $('label-options').replaceChildren(...options)
   } catch (error) {}

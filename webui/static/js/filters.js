@@ -1,15 +1,26 @@
 // Window, mode and filter controls; the values offered come from /api/labels.
 
 import { $, el, formatTime, inputTime, showStatus, wireFiltersToggle, wireTimeZone } from './util.js'
-import { api, params, selectionParams, update } from './state.js'
+import { api, labelParam, params, parseLabel, selectionParams, update } from './state.js'
 
 const COLUMNS = ['service', 'host', 'instance']
 
+// The options of a dropdown: the placeholder (no choice), then the values as they are (an
+// empty label value too, shown as such; `chosen` tells it from the placeholder).
 function fillSelect (select, values, selected, placeholder) {
-  select.replaceChildren(new Option(placeholder, ''))
-  for (const value of values) select.append(new Option(value, value))
-  if (selected && !values.includes(selected)) select.append(new Option(selected, selected))
+  const none = new Option(placeholder, '')
+  none.dataset.none = '1'
+  select.replaceChildren(none)
+  const option = value => new Option(value === '' ? '(empty)' : value, value)
+  for (const value of values) select.append(option(value))
+  if (selected && !values.includes(selected)) select.append(option(selected))
   select.value = selected || ''
+}
+
+// The value chosen in a dropdown filled by fillSelect; null for its placeholder.
+function chosen (select) {
+  const option = select.selectedOptions[0]
+  return !option || option.dataset.none ? null : option.value
 }
 
 let changed = () => {}
@@ -42,13 +53,13 @@ export function setupFilters (onChange) {
   }
   $('label-key').addEventListener('change', () => fillLabelValues())
   $('label-add').addEventListener('click', () => {
-    const key = $('label-key').value
-    const value = $('label-value').value
-    if (!key || !value) {
-      showStatus(key ? `choose a value of ${key} first` : 'choose a label first')
+    const key = chosen($('label-key'))
+    const value = chosen($('label-value'))
+    if (key === null || value === null) {
+      showStatus(key !== null ? `choose a value of ${key} first` : 'choose a label first')
       return
     }
-    update(p => p.append('label', `${key}:${value}`))
+    update(p => p.append('label', labelParam(key, value)))
     onChange()
   })
   window.addEventListener('popstate', onChange)
@@ -94,7 +105,8 @@ export async function refreshFilters (selection) {
       })
       changed()
     })
-    chips.append(el('span', { className: 'chip' }, label.replace(':', ' = '), remove))
+    const [key, value] = parseLabel(label) || [label, '']
+    chips.append(el('span', { className: 'chip' }, `${key} = ${value}`, remove))
   }
   try {
     const data = await api('labels', selectionParams())
@@ -103,7 +115,9 @@ export async function refreshFilters (selection) {
     labelValues = {}
   }
   for (const column of COLUMNS) {
-    fillSelect($(`filter-${column}`), labelValues[column] || [], p.get(column), `all ${column}s`)
+    // An empty service, host or instance cannot be asked for (an empty parameter is none).
+    const values = (labelValues[column] || []).filter(value => value !== '')
+    fillSelect($(`filter-${column}`), values, p.get(column), `all ${column}s`)
   }
   const keys = Object.keys(labelValues).filter(k => !COLUMNS.includes(k)).sort()
   const current = $('label-key').value

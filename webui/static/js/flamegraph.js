@@ -1,7 +1,7 @@
 // The flamegraph page: timeline, filters, flamegraph, search and the top-functions table.
 
 import { $, body, compileSearch, count, counted, el, formatTime, isoTime, pct, regexEscape, showStatus } from './util.js'
-import { api, graphQuery, params, preloadedGraphQuery, selectionParams, update } from './state.js'
+import { api, graphQuery, labelParam, params, preloadedGraphQuery, selectionParams, update } from './state.js'
 import { currentLabelValues, refreshFilters, setupFilters } from './filters.js'
 import { drawTimeline, splitLegend } from './timeline.js'
 import { createFlame } from './flame.js'
@@ -152,7 +152,7 @@ async function load () {
       const key = timeline.split
       update(q => {
         if (['service', 'host', 'instance'].includes(key)) q.set(key, value)
-        else q.append('label', `${key}:${value}`)
+        else q.append('label', labelParam(key, value))
         q.delete('split'); q.delete('focus')
       })
       load()

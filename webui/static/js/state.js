@@ -18,6 +18,23 @@ export function update (change, { push = true } = {}) {
   else window.history.replaceState(null, '', url)
 }
 
+// A label filter as the label parameter takes it: key:value, the key as a JSON string where
+// it holds ':' or starts with '"' (the twin of label_param in webui/params.py). Values are
+// taken exactly: spaces at their ends, tabs, anything a stored value holds.
+export function labelParam (key, value) {
+  return `${key.includes(':') || key.startsWith('"') ? JSON.stringify(key) : key}:${value}`
+}
+
+// A label parameter read back as [key, value] (null if it is none), as webui/params.py reads it.
+export function parseLabel (item) {
+  const quoted = item.startsWith('"') && item.match(/^"(?:[^"\\]|\\.)*"(?=:)/)
+  if (quoted) {
+    try { return [JSON.parse(quoted[0]), item.slice(quoted[0].length + 1)] } catch (error) {}
+  }
+  const at = item.indexOf(':')
+  return at < 0 ? null : [item.slice(0, at), item.slice(at + 1)]
+}
+
 // The selection parameters the API needs, with the configured default window.
 export function selectionParams (source = params()) {
   const out = new URLSearchParams()

@@ -1,0 +1,152 @@
+"""In headless Chromium, over a store of names the collector accepts but that are awkward to
+show or to ask for: spaces at their ends, tabs, 1,024 characters, a key holding ':'. Every value
+a dropdown or the split legend offers is a filter that finds its own samples."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from headless import launch_chromium
+from test_browser import TIMEOUT, serving
+from webhelpers import T0
+
+from collector.store import SampleRow, Store
+
+pytestmark = pytest.mark.browser
+
+STACK = "__main__:<module>;app:serve;app:work"
+# (service, host, instance, labels, samples a minute): every series a count of its own, so a
+# filter that found another series, or several, shows another total.
+SERIES = [
+    ("api", "web-1", "i-1", {"version": "1.0"}, 1),
+    ("space svc ", " host ", "i-2", {"version": " 2.0 ", "tabbed": "a\tb"}, 2),
+    ("tabbed", "h-3", "i-3", {"long": "V" * 1024, "k:colon": "v:colon"}, 4),
+    ("api", "web-1", "i-4", {"version": ""}, 8),
+]
+MINUTES = 30
+WINDOW = f"from={T0}&to={T0 + 60 * MINUTES}"
+
+
+def rows() -> list[SampleRow]:
+    return [
+        SampleRow(T0 + 60 * m, "cpu", svc, host, inst, labels, STACK, count)
+        for m in range(MINUTES)
+        for svc, host, inst, labels, count in SERIES
+    ]
+
+
+def samples(**match: str) -> int:
+    """The samples of the window's series whose service, host or labels are ``match``."""
+    found = 0
+    for svc, host, _, labels, count in SERIES:
+        have = {"service": svc, "host": host, **labels}
+        if all(have.get(key) == value for key, value in match.items()):
+            found += count * MINUTES
+    return found
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[str]:
+    url = f"sqlite:///{tmp_path_factory.mktemp('names') / 'fleetflame.db'}"
+    with Store(url) as store:
+        store.migrate()
+        store.write(rows())
+    with serving(url) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = launch_chromium(playwright)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield page
+    context.close()
+    assert errors == [], f"JavaScript errors: {errors}"
+
+
+def open_filters(page, url: str) -> None:
+    page.goto(url)
+    page.wait_for_selector("body[data-state=ready]")
+    page.wait_for_function("() => document.getElementById('filter-service').options.length > 1")
+
+
+def shows_samples(page, count: int) -> None:
+    """Waits for the page to have drawn a graph of ``count`` samples."""
+    page.wait_for_function(
+        "text => document.body.dataset.state === 'ready' && "
+        "document.getElementById('summary').textContent.startsWith(text)",
+        arg=f"{count:,} samples",
+    )
+
+
+@pytest.mark.parametrize(("column", "value"), [("service", "space svc "), ("host", " host ")])
+def test_a_column_value_offered_is_filtered_exactly(server, page, column, value):
+    open_filters(page, f"{server}/?{WINDOW}")
+    page.select_option(f"#filter-{column}", value)
+    shows_samples(page, samples(**{column: value}))
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [
+        ("version", " 2.0 ", None),
+        ("tabbed", "a\tb", None),
+        ("long", "V" * 1024, None),
+        ("k:colon", "v:colon", None),
+        ("version", "", "(empty)"),
+    ],
+)
+def test_a_label_value_offered_is_filtered_exactly(server, page, key, value, shown):
+    open_filters(page, f"{server}/?{WINDOW}")
+    page.select_option("#label-key", key)
+    if shown is None:
+        page.select_option("#label-value", value)
+    else:
+        page.select_option("#label-value", label=shown)
+    page.click("#label-add")
+    shows_samples(page, samples(**{key: value}))
+    chip = page.locator("#chips .chip").inner_text()
+    assert chip.startswith(f"{key} = ")
+
+
+def test_a_split_legends_value_filters_to_its_own_samples(server, page):
+    open_filters(page, f"{server}/?{WINDOW}&split=version")
+    page.wait_for_selector("#split-legend button.split-value")
+    page.locator("#split-legend button", has_text="2.0").click()
+    shows_samples(page, samples(version=" 2.0 "))
+    assert page.evaluate("new URLSearchParams(location.search).get('label')") == "version: 2.0 "
+
+
+def test_a_label_offered_on_the_compare_page_is_compared_exactly(server, page):
+    page.goto(f"{server}/compare?{WINDOW}")
+    page.wait_for_selector("body[data-state=ready]")
+    label = json.dumps("k:colon") + ":v:colon"
+    page.wait_for_function(
+        "label => [...document.querySelectorAll('#label-options option')]"
+        ".some(option => option.value === label)",
+        arg=label,
+    )
+    page.fill("#a_label", "version: 2.0 ")
+    page.fill("#b_label", label)
+    page.click("#compare-apply")
+    page.wait_for_function(
+        "text => document.getElementById('summary').textContent.includes(text)",
+        arg=f"B: {samples(**{'k:colon': 'v:colon'}):,} samples",
+    )
+    summary = page.locator("#summary").inner_text()
+    assert f"A: {samples(version=' 2.0 '):,} samples" in summary
