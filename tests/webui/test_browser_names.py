@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from headless import launch_chromium
 from test_browser import TIMEOUT, serving
-from webhelpers import T0
+from webhelpers import T0, record_finding
 
 from collector.store import SampleRow, Store
 
@@ -27,6 +27,13 @@ SERIES = [
 ]
 MINUTES = 30
 WINDOW = f"from={T0}&to={T0 + 60 * MINUTES}"
+# A finding as the collector recorded it before its links were percent-encoded.
+FINDING = {
+    "service": "shop&co",
+    "a_label": "version:1.4.1+build.7",
+    "b_label": "version:1.4.2+build.8",
+    "link": "/compare?service=shop&co&a_label=version:1.4.1+build.7&b_label=version:1.4.2+build.8",
+}
 
 
 def rows() -> list[SampleRow]:
@@ -53,6 +60,7 @@ def server(tmp_path_factory) -> Iterator[str]:
     with Store(url) as store:
         store.migrate()
         store.write(rows())
+    record_finding(url, "app:work", T0 + 600, T0 + 900, **FINDING)
     with serving(url) as base:
         yield base
 
@@ -150,3 +158,24 @@ def test_a_label_offered_on_the_compare_page_is_compared_exactly(server, page):
     )
     summary = page.locator("#summary").inner_text()
     assert f"A: {samples(version=' 2.0 '):,} samples" in summary
+
+
+def test_a_finding_stored_with_an_unencoded_link_opens_its_own_comparison(server, page):
+    # The collector wrote links unencoded until 2026-11-29 (FINDING): the page builds its own.
+    page.goto(f"{server}/findings?{WINDOW}")
+    page.wait_for_selector("body[data-state=ready]")
+    page.click("#findings tbody tr td.name")
+    page.wait_for_url("**/compare?**")
+    query = page.evaluate("[...new URLSearchParams(location.search)]")
+    assert ["service", "shop&co"] in query
+    assert ["a_label", "version:1.4.1+build.7"] in query
+    assert ["b_label", "version:1.4.2+build.8"] in query
+    assert [key for key, _ in query] == [
+        "service",
+        "a_from",
+        "a_to",
+        "b_from",
+        "b_to",
+        "a_label",
+        "b_label",
+    ]

@@ -18,7 +18,17 @@ const table = sortableTable($('findings'), [
   { key: 'q', format: r => r.q.toPrecision(2), className: () => 'num' },
   { key: 'compared', format: r => r.compared, className: () => 'time' },
   { key: 'b_from', format: seriesLink }
-], row => { window.location.href = row.link })
+], row => { window.location.href = compareLink(row) })
+
+// The comparison a finding made, on this UI, from its columns rather than its stored link:
+// the collector wrote links without percent-encoding until 2026-11-29, so a version such as
+// 1.4.2+build.8 (a '+' reads as a space) or a service holding '&' named something else.
+function compareLink (row) {
+  const query = new URLSearchParams({ service: row.service })
+  for (const key of ['a_from', 'a_to', 'b_from', 'b_to']) query.set(key, String(row[key]))
+  if (row.a_label) { query.set('a_label', row.a_label); query.set('b_label', row.b_label) }
+  return `./compare?${query}`
+}
 
 // The function's share over time around the finding, from side A's start to an hour past it.
 function seriesLink (row) {
