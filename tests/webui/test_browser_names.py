@@ -36,8 +36,19 @@ FINDING = {
 }
 
 
+# A service whose every sample passes through a chain of frames (collapsed into one frame by
+# default) before it splits.
+CHAIN = ["__main__:<module>", *(f"server:layer{i}" for i in range(6))]
+DEEP = {"app:render": 30, "app:query": 70}
+
+
 def rows() -> list[SampleRow]:
-    return [
+    deep = [
+        SampleRow(T0 + 60 * m, "cpu", "deep", "h-deep", "i-deep", {}, ";".join([*CHAIN, leaf]), n)
+        for m in range(MINUTES)
+        for leaf, n in DEEP.items()
+    ]
+    return deep + [
         SampleRow(T0 + 60 * m, "cpu", svc, host, inst, labels, STACK, count)
         for m in range(MINUTES)
         for svc, host, inst, labels, count in SERIES
@@ -179,3 +190,57 @@ def test_a_finding_stored_with_an_unencoded_link_opens_its_own_comparison(server
         "a_label",
         "b_label",
     ]
+
+
+def frame(page, name: str):
+    """The graph's frame of that (shown) name."""
+    return page.locator("#chart g.frame").filter(
+        has=page.locator(f"xpath=self::*[@name={xpath_literal(name)}]")
+    )
+
+
+def xpath_literal(text: str) -> str:
+    if "'" not in text:
+        return f"'{text}'"
+    return "concat('" + "', \"'\", '".join(text.split("'")) + "')"
+
+
+def url_function(page) -> str | None:
+    return page.evaluate("new URLSearchParams(location.search).get('function')")
+
+
+def test_a_collapsed_chain_shows_its_last_functions_series_and_sandwich(server, page):
+    # It showed 'Sandwich of __main__:<module> … server:layer5: 0 samples', a name no stack
+    # holds, and wrote it into the URL.
+    page.goto(f"{server}/?{WINDOW}&service=deep")
+    page.wait_for_selector("body[data-state=ready]")
+    chain = f"{CHAIN[0]} … {CHAIN[-1]}"
+    frame(page, chain).locator("rect").click()
+    every = sum(DEEP.values()) * MINUTES
+    page.wait_for_function(
+        "text => document.querySelector('#sandwich h3')?.textContent.startsWith(text)",
+        arg=f"Sandwich of {CHAIN[-1]}: {every:,} samples",
+    )
+    page.wait_for_selector("#series svg.series-chart path")
+    assert CHAIN[-1] in page.locator("#series h3").inner_text()
+    assert url_function(page) == CHAIN[-1]
+
+
+@pytest.mark.parametrize(
+    ("view", "name", "says"),
+    [
+        ("service=deep&chains=all&max_nodes=4", "[pruned]", "[pruned] is not a function"),
+        ("service=deep&order=time", "2023-11-14 00:00:00 UTC", "is a time step"),
+    ],
+)
+def test_a_frame_the_page_made_up_says_it_is_no_function(server, page, view, name, says):
+    # [pruned] and the time steps showed a flat 0% series and a sandwich of 0 samples.
+    page.goto(f"{server}/?{WINDOW}&{view}&function=app:query")
+    page.wait_for_selector("body[data-state=ready]")
+    page.wait_for_selector("#sandwich h3")  # the function the link named, shown first
+    frame(page, name).first.locator("rect").click()
+    page.wait_for_function(
+        "text => document.getElementById('series').textContent.includes(text)", arg=says
+    )
+    assert page.locator("#sandwich").inner_text() == ""
+    assert url_function(page) is None

@@ -7,12 +7,13 @@ import { drawTimeline, splitLegend } from './timeline.js'
 import { createFlame } from './flame.js'
 import { sortableTable } from './table.js'
 import { shownName } from './frames.js'
-import { showSeries } from './series.js'
-import { showSandwich } from './sandwich.js'
+import { showNoSeries, showSeries } from './series.js'
+import { clearSandwich, showSandwich } from './sandwich.js'
 import { collapseChains, withoutWaiting } from './trees.js'
 
 let total = 0
 let interval = 0 // seconds one sample stands for, as the samplers said
+let maxNodes = 0 // the frames the graph on screen was pruned to
 
 // A duration as people read it: 850 ms, 12.4 s, 3.2 min, 1.5 h.
 function seconds (value) {
@@ -39,13 +40,36 @@ const flame = createFlame($('chart'), {
   onFocus: node => {
     const path = flame.pathOf(node)
     update(p => p.set('focus', path), { push: false })
-    if (node.parent) {
-      update(p => p.set('function', node.data.name), { push: false })
-      showSeries($('series'), node.data.name, selectionParams(params()))
-      showSandwich($('sandwich'), node.data.name, selectionParams(params()))
+    if (!node.parent) return
+    const clicked = clickedFunction(node)
+    if (clicked.name === undefined) {
+      update(p => p.delete('function'), { push: false })
+      showNoSeries($('series'), clicked.why)
+      clearSandwich($('sandwich'))
+      return
     }
+    update(p => p.set('function', clicked.name), { push: false })
+    showSeries($('series'), clicked.name, selectionParams(params()))
+    showSandwich($('sandwich'), clicked.name, selectionParams(params()))
   }
 })
+
+// The function a clicked frame stands for ({ name }), or why it stands for none ({ why }):
+// some frames are made by the server or this page, and no stack holds their names.
+function clickedFunction (node) {
+  const data = node.data
+  if (params().get('order') === 'time' && node.depth === 1) {
+    return { why: `${data.name} is a time step of the time-ordered graph, not a function: click a frame in it for that function's share over time and its callers and callees.` }
+  }
+  // A collapsed chain: its last frame, the function the work below it was called from.
+  if (data.frames) return { name: data.frames[data.frames.length - 1] }
+  // The server's remainder of callees not drawn (a leaf: a real frame of that name that
+  // called something has children).
+  if (data.name === '[pruned]' && !(data.children && data.children.length)) {
+    return { why: `[pruned] is not a function: it holds the ${count(data.value)} samples of the callees left out to draw at most ${count(maxNodes)} frames. Search the table for a function, or ask for more frames with max_nodes= in the URL.` }
+  }
+  return { name: data.name }
+}
 
 const table = sortableTable($('top'), [
   { key: 'name', format: r => shownName(r.name), className: () => 'name' },
@@ -126,6 +150,7 @@ async function load () {
     timelineRequest.catch(() => {}) // awaited below, unless drawing the graph fails first
     total = graph.total
     interval = graph.interval || 0
+    maxNodes = graph.max_nodes
     const pruned = graph.pruned_nodes
       ? `; ${count(graph.pruned_samples)} samples in ${graph.pruned_nodes} [pruned] frames (max_nodes=${graph.max_nodes})`
       : ''

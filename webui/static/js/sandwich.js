@@ -8,6 +8,13 @@ import { shownName } from './frames.js'
 
 let ticket = 0
 
+// Empties `box` (a frame that is no function has no sandwich); an answer still on its way
+// for an earlier frame is dropped.
+export function clearSandwich (box) {
+  ticket++
+  box.replaceChildren()
+}
+
 export async function showSandwich (box, name, query) {
   const mine = ++ticket
   let data

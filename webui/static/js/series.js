@@ -13,6 +13,13 @@ const MARGIN = { top: 18, right: 12, bottom: 22, left: 48 }
 
 // Draws the series of `name` for the selection `query` into `box`; stale answers are dropped.
 let ticket = 0
+
+// Shows `message` in `box` instead of a series (for a frame that is no function); an answer
+// still on its way for an earlier frame is dropped.
+export function showNoSeries (box, message) {
+  ticket++
+  box.replaceChildren(el('p', { className: 'muted' }, message))
+}
 export async function showSeries (box, name, query) {
   const mine = ++ticket
   box.replaceChildren(el('p', { className: 'muted' }, `loading the share of ${shownName(name)} over time…`))
