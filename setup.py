@@ -63,8 +63,9 @@ def native_extensions() -> list[Extension]:
         "counting",
         "watch",
         "asgi",
-        "asgi_answer",
+        "asgi_await",
         "asgi_request",
+        "asgi_route",
         "function_numbers",
         "function_files",
     ]
@@ -74,7 +75,7 @@ def native_extensions() -> list[Extension]:
             sources=[f"sampler/_native_src/{part}.c" for part in parts],
             depends=[
                 f"sampler/_native_src/{header}.h"
-                for header in ("native", "module", "middleware", "threads")
+                for header in ("native", "module", "middleware", "threads", "asgi")
             ],
             extra_compile_args=[
                 "-std=gnu11",

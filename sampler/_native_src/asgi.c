@@ -1,7 +1,7 @@
 /* The ASGI middleware's per-request parts that cost most in Python (sampler/middleware/_asgi.py):
  * finding the request-start header among the request's headers, and the ``send`` that notes
  * the response's status on its way to the server's. */
-#include "native.h"
+#include "asgi.h"
 #include "module.h"
 
 #include <stddef.h>
@@ -153,6 +153,33 @@ static int note_message(StatusSend *self, PyObject *message)
  * other than a coroutine). Bound by asgi_answered(). */
 static PyObject *answered_send;
 
+/* The answer's last message was sent: state[2] = now (a send that failed notes nothing). */
+static int answer_end(Awaiting *self, int failed)
+{
+    if (failed) {
+        return 0;
+    }
+    PyObject *now = PyFloat_FromDouble(monotonic_now());
+    if (now == NULL) {
+        return -1;
+    }
+    int set = PySequence_SetItem(self->state, 2, now);
+    Py_DECREF(now);
+    return set;
+}
+
+/* The answer's last message's send, awaited: notes its end in state[2]. */
+static PyObject *answering(PyObject *sending, PyObject *state)
+{
+    Awaiting *self = awaiting_new(NULL, answer_end);
+    if (self != NULL) {
+        self->inner = Py_NewRef(sending);
+        self->state = Py_NewRef(state);
+        self->gives_result = 1; /* as _answered gives what the send gave */
+    }
+    return (PyObject *)self;
+}
+
 /* The message is the one argument, by position or by name (send(message=...)). */
 static PyObject *StatusSend_call(StatusSend *self, PyObject *const *args, size_t nargsf,
                                  PyObject *kwnames)
@@ -172,9 +199,9 @@ static PyObject *StatusSend_call(StatusSend *self, PyObject *const *args, size_t
     }
     /* The request ends when the server has sent its answer: a send that fails leaves it a
      * failure, as in the Python path. A coroutine (as most servers' sends give) is awaited
-     * in C (asgi_answer.c); any other awaitable by the Python path's coroutine. */
+     * in C (an Awaiting, asgi_await.c); any other awaitable by the Python path's coroutine. */
     PyObject *awaited = PyCoro_CheckExact(sending)
-                            ? asgi_answering(sending, self->state)
+                            ? answering(sending, self->state)
                             : PyObject_CallFunctionObjArgs(answered_send, sending, self->state, NULL);
     Py_DECREF(sending);
     return awaited;
@@ -289,8 +316,8 @@ int asgi_add_types(PyObject *module)
         (str_trailers = PyUnicode_InternFromString("trailers")) == NULL ||
         (str_get = PyUnicode_InternFromString("get")) == NULL ||
         (absent = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type)) == NULL ||
-        PyType_Ready(&StatusSendType) < 0 || asgi_answer_ready() < 0 ||
-        asgi_request_add_type(module) < 0) {
+        PyType_Ready(&StatusSendType) < 0 || asgi_await_ready() < 0 ||
+        asgi_request_ready() < 0 || asgi_route_add_type(module) < 0) {
         return -1;
     }
     return PyModule_AddObjectRef(module, "StatusSend", (PyObject *)&StatusSendType);

@@ -71,8 +71,11 @@ static PyMethodDef methods[] = {
     {"asgi_answered", native_asgi_answered, METH_O,
      "asgi_answered(function): what StatusSend hands the answer's last message's send to, "
      "function(sending, state), to note when the request ended."},
+    {"asgi_request", (PyCFunction)(void (*)(void))native_asgi_request, METH_FASTCALL,
+     "asgi_request(app, scope, receive, send): an HTTP request through a routed ASGI app, "
+     "awaited as the app's coroutine; handed to the recorder when it ends (asgi_bind first)."},
     {"asgi_bind", native_asgi_bind, METH_VARARGS,
-     "asgi_bind(recorder, unmatched, key, max_pending): what ASGIRequest records requests "
+     "asgi_bind(recorder, unmatched, key, max_pending): what asgi_request records requests "
      "to, the route of those no route named, the scope's key of a request's state, and the "
      "recorder's queue bound."},
     {"asgi_mark", native_asgi_mark, METH_O,

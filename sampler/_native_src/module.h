@@ -60,21 +60,9 @@ PyObject *native_asgi_mark(PyObject *module, PyObject *marks);
 PyObject *native_asgi_answered(PyObject *module, PyObject *function);
 int asgi_add_types(PyObject *module);
 
-/* -- the awaited send of an ASGI answer's last message (asgi_answer.c) -------------------- */
+/* -- an ASGI request through a routed app (asgi_request.c; the rest in asgi.h) ----------- */
 
-PyObject *asgi_answering(PyObject *sending, PyObject *state);
-int asgi_answer_ready(void);
-/* What an iteration that returned ``value`` (stolen) raises: StopIteration(value); none for
- * None unless ``always``. Always NULL. */
-PyObject *asgi_returned(PyObject *value, int always);
-/* Raises what a throw(...) was given. Always NULL. */
-PyObject *asgi_raise_thrown(PyObject *args);
-/* StatusSend(send, state). */
-PyObject *asgi_status_send(PyObject *send, PyObject *state);
-
-/* -- an ASGI request through a routed app (asgi_request.c) -------------------------------- */
-
+PyObject *native_asgi_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *native_asgi_bind(PyObject *module, PyObject *args);
-int asgi_request_add_type(PyObject *module);
 
 #endif

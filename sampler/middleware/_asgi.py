@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     Scope = MutableMapping[str, Any]
     Receive = Callable[[], Awaitable[Any]]
     Send = Callable[[Any], Awaitable[None]]
+    # What names a route's handler: _named, or the native RouteHandle.
+    Named = Callable[[Callable[..., Awaitable[None]], str], Callable[..., Any]]
 
 # Where a request's state, [route, status, answered], waits in its scope for the route's
 # wrapper (answered: the monotonic time of the answer's last body message, or 0.0).
@@ -85,26 +87,47 @@ class PythonStatusSend:
 async def _answered(sending: Awaitable[Any], state: list[Any]) -> Any:
     """Awaits the server's send of the answer's last message, then notes the request's end
     (a send that raises leaves it unanswered: a failure); gives what the send gave. The C path
-    (sampler/_native_src/asgi_answer.c) does the same for a send that gives a coroutine."""
+    (sampler/_native_src/asgi.c) does the same for a send that gives a coroutine."""
     sent = await sending
     state[2] = monotonic()
     return sent
 
 
-if getattr(_NATIVE, "asgi_bind", None) is None:
+def _named(handle: Callable[..., Awaitable[None]], template: str) -> Callable[..., Any]:
+    """Wraps a route's handler: the request gets the route's name and its samples the label."""
+
+    async def named(scope: Scope, receive: Receive, send: Send) -> None:
+        name = recorder.names.get(template) or recorder.route_name(template)
+        state = scope.get(KEY)
+        if state is not None:
+            state[0] = name
+        tag = RouteTag(sys._getframe(0))
+        tag.route(name)
+        try:
+            await handle(scope, receive, send)
+        finally:
+            tag.close()
+
+    named.fleetflame_route = template  # type: ignore[attr-defined]
+    return named
+
+
+if getattr(_NATIVE, "RouteHandle", None) is None:
     _NATIVE = None  # an extension built before these parts: the Python ones
 _marked = False
 
 
 def _mark_sends() -> None:
-    """Marks both sends as coroutine functions, once: at the first ASGI middleware, so that
-    importing ``sampler.middleware`` for a WSGI app does not import asyncio."""
+    """Marks both sends and the middleware's call as coroutine functions, once: at the first
+    ASGI middleware, so that importing ``sampler.middleware`` for a WSGI app does not import
+    asyncio."""
     global _marked
     if _marked:
         return
     marks = _coroutine_marks()
     for name, mark in marks.items():
         setattr(PythonStatusSend, name, mark)
+        setattr(ASGIMiddleware.__call__, name, mark)  # it gives an awaitable, as one does
     if _NATIVE is not None:
         _NATIVE.asgi_mark(marks)
         _NATIVE.asgi_answered(_answered)
@@ -120,30 +143,45 @@ class ASGIMiddleware:
     task runs it; any other app's requests by their path, the first ``MAX_RAW_PATHS`` of them.
     """
 
-    # The header's search, the status's send and a routed app's request (all the coroutine
-    # below does): in C where the native extension is built.
+    # The header's search, the status's send, a routed app's request (all the coroutine below
+    # does) and a route's named handler: in C where the native extension is built.
     request_start = staticmethod(
         _NATIVE.asgi_request_start if _NATIVE is not None else python_request_start
     )
     status_send = _NATIVE.StatusSend if _NATIVE is not None else PythonStatusSend
-    routed_request = _NATIVE.ASGIRequest if _NATIVE is not None else None
+    routed_request = staticmethod(_NATIVE.asgi_request) if _NATIVE is not None else None
+    route_handle = _NATIVE.RouteHandle if _NATIVE is not None else staticmethod(_named)
 
     def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
         _mark_sends()
         self.app = app
         self._routed: bool | None = None  # None: not looked for routes yet
-        # What a server that asks whether ``app.__call__`` is a coroutine function sees (as
-        # uvicorn and hypercorn do, to tell ASGI 3 from 2; before 3.12, inspect knows no
-        # marker): the Python path's coroutine function. A call of the app itself is the
-        # class's __call__, which gives the same request's awaitable, in C where it can.
-        self.__call__ = self._request  # type: ignore[method-assign]
+        self._inspectable()
+
+    def _inspectable(self) -> None:
+        """Servers tell ASGI 3 from 2 by whether ``app.__call__`` is a coroutine function
+        (uvicorn asks asyncio, hypercorn inspect). Ours gives an awaitable and is marked as
+        one (_mark_sends), but before 3.12 inspect knows no marker: there an instance's
+        ``__call__`` is the Python path's coroutine function, what such a server sees (a
+        call of the app itself is the class's, which gives the same request's awaitable,
+        in C where it can). Not on a subclass with a ``__call__`` of its own."""
+        if sys.version_info < (3, 12) and type(self).__call__ is ASGIMiddleware.__call__:
+            self.__call__ = self._request  # type: ignore[method-assign]
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy's __call__ is its own, not the one bound to the original.
+        return {k: v for k, v in self.__dict__.items() if k != "__call__"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._inspectable()
 
     def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
         """The request's awaitable: an HTTP request's through a routed app is in C where the
         extension is built; any other is the coroutine of ``_request``."""
         if self.routed_request is not None and scope.get("type") == "http":
             if self._routed is None:
-                self._routed = _wrap_routes(self.app)
+                self._routed = _wrap_routes(self.app, self.route_handle)
             if self._routed:
                 return self.routed_request(self.app, scope, receive, send)  # type: ignore[no-any-return]
         return self._request(scope, receive, send)
@@ -153,7 +191,7 @@ class ASGIMiddleware:
             await self.app(scope, receive, send)
             return
         if self._routed is None:
-            self._routed = _wrap_routes(self.app)
+            self._routed = _wrap_routes(self.app, self.route_handle)
         started = monotonic()
         header = self.request_start(scope.get("headers") or ())
         wall = time.time() if header else 0.0
@@ -188,13 +226,13 @@ class ASGIMiddleware:
             )
 
 
-def _wrap_routes(app: Any) -> bool:
+def _wrap_routes(app: Any, named: Named) -> bool:
     """Finds the router under ``app`` (the first object down ``.app`` with a list of
-    ``routes``) and wraps its routes; returns whether it found one."""
+    ``routes``) and wraps its routes' handlers by ``named``; returns whether it found one."""
     for _ in range(MAX_DEPTH):
         routes = getattr(app, "routes", None)
         if isinstance(routes, list):
-            _wrap_all(routes, "")
+            _wrap_all(routes, "", named)
             return True
         app = getattr(app, "app", None)
         if app is None:
@@ -202,7 +240,7 @@ def _wrap_routes(app: Any) -> bool:
     return False
 
 
-def _wrap_all(routes: list[Any], prefix: str) -> None:
+def _wrap_all(routes: list[Any], prefix: str, named: Named) -> None:
     for route in routes:
         path = getattr(route, "path", None)
         handle = getattr(route, "handle", None)
@@ -210,28 +248,9 @@ def _wrap_all(routes: list[Any], prefix: str) -> None:
             continue
         inner = getattr(route, "routes", None)
         if isinstance(inner, list) and inner:  # a Mount of routes: its own are wrapped
-            _wrap_all(inner, prefix + path)
+            _wrap_all(inner, prefix + path, named)
         elif not getattr(handle, "fleetflame_route", None):
-            route.handle = _named(handle, prefix + path)
-
-
-def _named(handle: Callable[..., Awaitable[None]], template: str) -> Callable[..., Any]:
-    """Wraps a route's handler: the request gets the route's name and its samples the label."""
-
-    async def named(scope: Scope, receive: Receive, send: Send) -> None:
-        name = recorder.names.get(template) or recorder.route_name(template)
-        state = scope.get(KEY)
-        if state is not None:
-            state[0] = name
-        tag = RouteTag(sys._getframe(0))
-        tag.route(name)
-        try:
-            await handle(scope, receive, send)
-        finally:
-            tag.close()
-
-    named.fleetflame_route = template  # type: ignore[attr-defined]
-    return named
+            route.handle = named(handle, prefix + path)
 
 
 class PythonASGIMiddleware(ASGIMiddleware):
@@ -241,3 +260,4 @@ class PythonASGIMiddleware(ASGIMiddleware):
     request_start = staticmethod(python_request_start)
     status_send = PythonStatusSend
     routed_request = None
+    route_handle = staticmethod(_named)
