@@ -5,18 +5,24 @@ a dropdown or the split legend offers is a filter that finds its own samples."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from headless import launch_chromium
-from test_browser import TIMEOUT, serving
 from webhelpers import T0, record_finding
+from werkzeug.serving import make_server
 
 from collector.store import SampleRow, Store
 
 pytestmark = pytest.mark.browser
 
+TIMEOUT = 30_000  # ms: the machine is shared, so be patient rather than flaky
+
 STACK = "__main__:<module>;app:serve;app:work"
+# A right-to-left override: "evil\u202egnp.exe" shows as "evilexe.png" where it is obeyed.
+RTL = "evil\u202egnp.exe"
 # (service, host, instance, labels, samples a minute): every series a count of its own, so a
 # filter that found another series, or several, shows another total.
 SERIES = [
@@ -24,6 +30,7 @@ SERIES = [
     ("space svc ", " host ", "i-2", {"version": " 2.0 ", "tabbed": "a\tb"}, 2),
     ("tabbed", "h-3", "i-3", {"long": "V" * 1024, "k:colon": "v:colon"}, 4),
     ("api", "web-1", "i-4", {"version": ""}, 8),
+    (f"svc{RTL}", f"host{RTL}", f"inst{RTL}", {"version": f"v{RTL}"}, 16),
 ]
 MINUTES = 30
 WINDOW = f"from={T0}&to={T0 + 60 * MINUTES}"
@@ -65,6 +72,56 @@ def samples(**match: str) -> int:
     return found
 
 
+def worst_cases(url: str) -> None:
+    """A stall, a route's slowest request and a polled worker, named with RTL."""
+    import sqlalchemy as sa
+
+    from collector.request_rows import SKETCHES
+    from collector.store import schema
+    from collector.worst_rows import add_request_rows
+    from sampler._sketch import Sketch
+
+    stall = {"id": 1, "start": T0 + 60, "duration": 0.2, "service": f"svc{RTL}"}
+    stall |= {"host": f"host{RTL}", "instance": f"inst{RTL}", "kind": "gil"}
+    stall |= {"thread": f"thread {RTL}", "what": f"what {RTL}"}
+    stall["stacks"] = json.dumps({"wall": {STACK: 1.0}, "cpu": {}})
+    latency = Sketch()
+    latency.add(0.5)
+    sketches = {name: (latency if name == "latency" else Sketch()).document() for name in SKETCHES}
+    slowest = {"start": T0 + 120, "duration": 0.5, "queue": 0.0, "status": 200}
+    slowest |= {"path": f"/p{RTL}", "host": f"h{RTL}", "thread": f"t{RTL}", "stacks": {STACK: 1.0}}
+    slow = {"count": 1, "stacks": {STACK: 1.0}, "slowest": [slowest]}
+    request = {"bucket": T0 + 60, "instance": "i", "route": f"/r{RTL}", "service": "api"}
+    request |= {"host": "h", "count": 1, "errors": 0, "sketches": json.dumps(sketches)}
+    request["slow"] = json.dumps(slow)
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(schema.stall_events.insert(), [stall])
+        add_request_rows(conn, [request])
+        target = {"target": "127.0.0.1:1", "instance": f"inst{RTL}"}
+        conn.execute(schema.cursor_targets.insert(), [target])
+    engine.dispose()
+
+
+@contextmanager
+def serving(url: str) -> Iterator[str]:
+    """The web app on a free port over the database at ``url``, with no warming thread (one
+    still running at a test's end would fail it); yields its base URL."""
+    from webui import create_app
+
+    app = create_app({"DATABASE_URL": url, "WARM_HOURS": 0, "INDEX_DIR": ""})
+    httpd = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_port}"
+    finally:
+        httpd.shutdown()
+        thread.join(timeout=10)
+        httpd.server_close()
+        app.extensions["fleetflame_db"].close()
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[str]:
     url = f"sqlite:///{tmp_path_factory.mktemp('names') / 'fleetflame.db'}"
@@ -72,6 +129,7 @@ def server(tmp_path_factory) -> Iterator[str]:
         store.migrate()
         store.write(rows())
     record_finding(url, "app:work", T0 + 600, T0 + 900, **FINDING)
+    worst_cases(url)
     with serving(url) as base:
         yield base
 
@@ -244,3 +302,45 @@ def test_a_frame_the_page_made_up_says_it_is_no_function(server, page, view, nam
     )
     assert page.locator("#sandwich").inner_text() == ""
     assert url_function(page) is None
+
+
+# Every text shown (text nodes, tooltips, accessible names) that holds a raw U+202E.
+RAW_RTL = """() => {
+  const found = []
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT)
+  while (walker.nextNode()) {
+    const text = walker.currentNode.textContent
+    if (text.includes('\\u202e')) found.push(`${walker.currentNode.parentNode.closest('[id]')?.id}: ${text.slice(0, 60)}`)
+  }
+  for (const el of document.querySelectorAll('[title], [aria-label]')) {
+    for (const name of ['title', 'aria-label']) {
+      const text = el.getAttribute(name) || ''
+      if (text.includes('\\u202e')) found.push(`${name} of ${el.closest('[id]')?.id}: ${text.slice(0, 60)}`)
+    }
+  }
+  return found
+}"""
+
+
+@pytest.mark.parametrize(
+    ("path", "ready"),
+    [
+        (f"/?{WINDOW}&split=instance&label=version:v{RTL}", "#split-legend button.split-value"),
+        (f"/worst?{WINDOW}", "#slowest tbody tr"),
+        ("/worker", "#instance option"),
+        (f"/findings?{WINDOW}&service=svc{RTL}", "#filter-service option:checked"),
+        (f"/compare?{WINDOW}", "#label-options option"),
+    ],
+)
+def test_bidi_controls_in_names_are_written_out_everywhere(server, page, path, ready):
+    # Frame names and routes showed [U+202E]; the dropdowns, the split legend, the stall and
+    # slowest-request tables and the worker list showed it raw, turning the text around.
+    page.goto(server + path)
+    page.wait_for_selector("body[data-state=ready]")
+    page.wait_for_selector(ready, state="attached")
+    if "/worker" not in path:
+        page.wait_for_function(
+            "() => document.getElementById('filter-instance').options.length > 1"
+        )
+    assert page.evaluate(RAW_RTL) == []
+    assert "[U+202E]" in page.evaluate("document.body.innerText")

@@ -266,7 +266,7 @@ async function offerLabels () {
     const options = []
     for (const [key, list] of Object.entries(values)) {
       if (['service', 'host', 'instance'].includes(key)) continue
-      for (const value of list) options.push(new Option(labelParam(key, value), labelParam(key, value)))
+      for (const value of list) options.push(new Option(shownName(labelParam(key, value)), labelParam(key, value)))
     }
     $('label-options').replaceChildren(...options)
   } catch (error) {}

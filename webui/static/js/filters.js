@@ -2,16 +2,18 @@
 
 import { $, el, formatTime, inputTime, showStatus, wireFiltersToggle, wireTimeZone } from './util.js'
 import { api, labelParam, params, parseLabel, selectionParams, update } from './state.js'
+import { shownName } from './frames.js'
 
 const COLUMNS = ['service', 'host', 'instance']
 
 // The options of a dropdown: the placeholder (no choice), then the values as they are (an
-// empty label value too, shown as such; `chosen` tells it from the placeholder).
+// empty label value too, shown as such; `chosen` tells it from the placeholder), each shown
+// as frame names are (a right-to-left override written out, not obeyed).
 function fillSelect (select, values, selected, placeholder) {
   const none = new Option(placeholder, '')
   none.dataset.none = '1'
   select.replaceChildren(none)
-  const option = value => new Option(value === '' ? '(empty)' : value, value)
+  const option = value => new Option(value === '' ? '(empty)' : shownName(value), value)
   for (const value of values) select.append(option(value))
   if (selected && !values.includes(selected)) select.append(option(selected))
   select.value = selected || ''
@@ -56,7 +58,7 @@ export function setupFilters (onChange) {
     const key = chosen($('label-key'))
     const value = chosen($('label-value'))
     if (key === null || value === null) {
-      showStatus(key !== null ? `choose a value of ${key} first` : 'choose a label first')
+      showStatus(key !== null ? `choose a value of ${shownName(key)} first` : 'choose a label first')
       return
     }
     update(p => p.append('label', labelParam(key, value)))
@@ -97,7 +99,7 @@ export async function refreshFilters (selection) {
   const chips = $('chips')
   chips.replaceChildren()
   for (const label of p.getAll('label')) {
-    const remove = el('button', { type: 'button', title: 'remove', 'aria-label': `remove ${label}` }, '×')
+    const remove = el('button', { type: 'button', title: 'remove', 'aria-label': `remove ${shownName(label)}` }, '×')
     remove.addEventListener('click', () => {
       update(q => {
         const rest = q.getAll('label').filter(l => l !== label)
@@ -106,7 +108,7 @@ export async function refreshFilters (selection) {
       changed()
     })
     const [key, value] = parseLabel(label) || [label, '']
-    chips.append(el('span', { className: 'chip' }, `${key} = ${value}`, remove))
+    chips.append(el('span', { className: 'chip' }, `${shownName(key)} = ${shownName(value)}`, remove))
   }
   try {
     const data = await api('labels', selectionParams())

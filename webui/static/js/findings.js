@@ -9,14 +9,14 @@ import { shownName, unescapeFrame } from './frames.js'
 const points = x => `${x.toFixed(2)}%`
 const table = sortableTable($('findings'), [
   { key: 'found_at', format: r => formatTime(Math.floor(r.found_at)), className: () => 'time' },
-  { key: 'service', format: r => r.service },
+  { key: 'service', format: r => shownName(r.service) },
   { key: 'name', format: r => shownName(r.name), className: () => 'name' },
   { key: 'kind', format: r => r.kind },
   { key: 'a_share', format: r => points(r.a_share), className: () => 'num' },
   { key: 'b_share', format: r => points(r.b_share), className: () => 'num' },
   { key: 'change', format: r => `+${r.change.toFixed(2)} (${r.ci_low.toFixed(2)} to ${r.ci_high.toFixed(2)})`, className: () => 'num pos' },
   { key: 'q', format: r => r.q.toPrecision(2), className: () => 'num' },
-  { key: 'compared', format: r => r.compared, className: () => 'time' },
+  { key: 'compared', format: r => shownName(r.compared), className: () => 'time' },
   { key: 'b_from', format: seriesLink }
 ], row => { window.location.href = compareLink(row) })
 

@@ -303,7 +303,7 @@ async function offerSplits () {
   const current = params().get('split') || ''
   const keys = ['service', 'host', 'instance', ...Object.keys(currentLabelValues()).filter(
     k => !['service', 'host', 'instance'].includes(k)).sort()]
-  select.replaceChildren(new Option('nothing', ''), ...keys.map(k => new Option(k, k)))
+  select.replaceChildren(new Option('nothing', ''), ...keys.map(k => new Option(shownName(k), k)))
   select.value = keys.includes(current) ? current : ''
 }
 $('split').addEventListener('change', event => {

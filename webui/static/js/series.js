@@ -40,7 +40,7 @@ export async function showSeries (box, name, query) {
     `interval ${(c.ci_low * 100).toFixed(2)} to ${(c.ci_high * 100).toFixed(2)}, p ${c.p.toPrecision(2)})`)
   const findings = (data.findings || []).map(f =>
     `${f.kind} share +${f.change.toFixed(2)} points (${f.ci_low.toFixed(2)} to ${f.ci_high.toFixed(2)}, q ` +
-    `${f.q.toPrecision(2)}) seen from ${f.b_from}, ${f.compared}`)
+    `${f.q.toPrecision(2)}) seen from ${f.b_from}, ${shownName(f.compared)}`)
   box.replaceChildren(
     el('h3', {}, `${shownName(name)}: share of samples (self and below) per ${data.bucket_seconds / 60} min`),
     el('p', { className: 'muted' }, changes.length
@@ -71,7 +71,7 @@ function draw (box, data) {
     // Its label right of the line, or left of it in the chart's right half (not cut off).
     const right = at > (MARGIN.left + width - MARGIN.right) / 2
     g.append('text').attr('x', right ? at - 3 : at + 3).attr('y', MARGIN.top - 4).attr('font-size', 11)
-      .attr('text-anchor', right ? 'end' : 'start').text(`${deploy.label} ${deploy.after}`)
+      .attr('text-anchor', right ? 'end' : 'start').text(shownName(`${deploy.label} ${deploy.after}`))
   }
   // A finding's B window, where the collector's comparison saw the regression: a band.
   const [first, last] = x.range()
@@ -82,7 +82,7 @@ function draw (box, data) {
     g.append('rect').attr('x', from).attr('width', Math.max(3, to - from))
       .attr('y', MARGIN.top).attr('height', HEIGHT - MARGIN.top - MARGIN.bottom)
       .attr('fill', '#e67e22').attr('fill-opacity', 0.25)
-    g.append('title').text(`finding: ${finding.kind} share +${finding.change.toFixed(2)} points, ${finding.compared}`)
+    g.append('title').text(`finding: ${finding.kind} share +${finding.change.toFixed(2)} points, ${shownName(finding.compared)}`)
   }
   for (const change of data.change_points) {
     const at = x(new Date(change.t))

@@ -3,6 +3,7 @@
 /* global d3 */
 
 import { formatTime, timeScale, timeTicks } from './util.js'
+import { shownName } from './frames.js'
 
 const HEIGHT = 90
 const MARGIN = { top: 6, right: 8, bottom: 18, left: 48 }
@@ -84,7 +85,7 @@ function drawSplit (svg, data, x, y) {
     svg.append('path').datum(series.points).attr('class', 'split-line')
       .attr('fill', 'none').attr('stroke', COLORS[i % COLORS.length]).attr('stroke-width', 1.5)
       .attr('d', d3.line().x(p => x(new Date(p[0] * 1000 + half))).y(p => y(p[1])))
-      .append('title').text(`${data.split}=${series.value}: ${series.total} samples`)
+      .append('title').text(`${shownName(data.split)}=${shownName(series.value)}: ${series.total} samples`)
   })
 }
 
@@ -97,8 +98,8 @@ export function splitLegend (box, data, onPick) {
     button.type = 'button'
     button.className = 'split-value'
     button.style.borderLeft = `12px solid ${COLORS[i % COLORS.length]}`
-    button.textContent = `${series.value} (${series.total})`
-    button.title = `show only ${data.split}=${series.value}`
+    button.textContent = `${shownName(series.value)} (${series.total})`
+    button.title = `show only ${shownName(data.split)}=${shownName(series.value)}`
     button.addEventListener('click', () => onPick(series.value))
     box.append(button)
   })

@@ -17,7 +17,8 @@ async function offerInstances () {
   const wanted = params().get('instance')
   $('instance').replaceChildren(...workers.map(w => {
     const last = w.last === null ? 'no samples stored' : `last sampled ${formatTime(w.last)}`
-    return new Option(`${w.service || '?'} on ${w.host || '?'}, ${w.target} (${w.instance}), ${last}`, w.instance)
+    const [service, host, target, instance] = [w.service || '?', w.host || '?', w.target, w.instance].map(shownName)
+    return new Option(`${service} on ${host}, ${target} (${instance}), ${last}`, w.instance)
   }))
   if (wanted && workers.some(w => w.instance === wanted)) $('instance').value = wanted
   if (!workers.length) showStatus('the collector polls no worker yet')
@@ -30,10 +31,10 @@ async function record () {
   update(p => { p.set('instance', instance); p.set('seconds', seconds) })
   body.dataset.state = 'loading'
   showStatus('')
-  $('summary').textContent = `recording ${instance} for ${seconds} s…`
+  $('summary').textContent = `recording ${shownName(instance)} for ${seconds} s…`
   try {
     const data = await api('live', new URLSearchParams({ instance, seconds }))
-    $('summary').textContent = `${count(data.total)} samples from ${data.target} over ${data.seconds} s`
+    $('summary').textContent = `${count(data.total)} samples from ${shownName(data.target)} over ${data.seconds} s`
     if (data.total) flame.draw(data.tree)
     else flame.clear('The worker took no samples meanwhile (an idle worker uses no CPU).')
     body.dataset.state = 'ready'

@@ -25,9 +25,9 @@ const stallTable = sortableTable($('stalls'), [
   { key: 'start', format: r => formatTime(Math.floor(r.start)), className: time },
   duration('duration'),
   { key: 'kind', format: r => r.kind },
-  { key: 'host', format: r => r.host },
-  { key: 'thread', format: r => r.thread },
-  { key: 'name', format: r => r.name, className: () => 'name' }
+  { key: 'host', format: r => shownName(r.host) },
+  { key: 'thread', format: r => shownName(r.thread) },
+  { key: 'name', format: r => shownName(r.name), className: () => 'name' }
 ], row => {
   const stacks = row.stacks.wall && Object.keys(row.stacks.wall).length ? row.stacks.wall : row.stacks.cpu
   if (stacks && Object.keys(stacks).length) stallFlame.draw(tree(stacks))
@@ -66,9 +66,9 @@ const slowestTable = sortableTable($('slowest'), [
   duration('queue'),
   { key: 'name', format: r => shownName(r.name), className: () => 'name' },
   { key: 'status', format: r => r.status ? String(r.status) : '–', className: num },
-  { key: 'path', format: r => String(r.path || '') },
-  { key: 'host', format: r => String(r.host || '') },
-  { key: 'thread', format: r => String(r.thread || '') }
+  { key: 'path', format: r => shownName(String(r.path || '')) },
+  { key: 'host', format: r => shownName(String(r.host || '')) },
+  { key: 'thread', format: r => shownName(String(r.thread || '')) }
 ], row => {
   if (row.stacks && Object.keys(row.stacks).length) slowestFlame.draw(tree(row.stacks))
   else slowestFlame.clear('No samples fell within this request (one shorter than the sampling interval may have none; the python engine keeps none).')
