@@ -2,7 +2,8 @@
 
 At most one sampler runs per process. It survives ``fork()``: the child starts over with fresh
 counts, a new instance id, its own timer and its own endpoint (gunicorn's ``preload_app``);
-with ``follow_fork`` off it stops in the child.
+with ``follow_fork`` off it stops in the child, as in a child ``subprocess`` forks to exec.
+It stops before the program execs (sampler/_exec.py).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import atexit
 import os
 import threading
 
-from . import _settings
+from . import _exec, _settings
 from ._core import Sampler, SamplerError
 from ._log import log
 from .settings import is_loopback
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 _running: Sampler | None = None
+_started_with: dict[str, Any] = {}  # the running sampler's overrides, to start it again
 # Taken by start() and stop(), and around every fork (a child must not inherit it held by a
 # thread it does not have: its exit's stop() waited forever); reentrant, for a fork inside.
 _start_lock = threading.RLock()
@@ -44,8 +46,11 @@ def start(**overrides: Any) -> Sampler:
         sampler = Sampler(settings)
         sampler.start()
         _running = sampler
+        _started_with.clear()
+        _started_with.update(overrides)
         if not _exit_hook_installed:
             atexit.register(stop)
+            _exec.install(_stop_for_exec, start)
             _exit_hook_installed = True
         return sampler
 
@@ -72,6 +77,17 @@ def stop() -> None:
         sampler, _running = _running, None
         if sampler is not None:
             sampler.stop()
+
+
+def _stop_for_exec() -> dict[str, Any] | None:
+    """Stops the running sampler before the program execs; gives what it was started with
+    (None if none runs), to start it again if the exec fails."""
+    with _start_lock:
+        if _running is None:
+            return None
+        started_with = dict(_started_with)
+        stop()
+        return started_with
 
 
 def running() -> Sampler | None:
@@ -121,7 +137,9 @@ def _restart_in_child() -> None:
     if sampler is None:
         return
     try:
-        if sampler.settings["follow_fork"]:
+        # A child subprocess forked to exec is not sampled: the timer it would set survives the
+        # exec, and kills the program exec'd (sampler/_exec.py).
+        if sampler.settings["follow_fork"] and not _exec.forked_to_exec():
             sampler.after_fork_in_child()
         else:
             _running = None
