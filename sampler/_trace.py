@@ -141,27 +141,33 @@ class Trace:
         return self
 
     def close(self) -> None:
-        """Stops recording if it still runs, and writes the file once."""
-        global _active
-        if self._recorder is None or self._written:
+        """Stops recording if it still runs, and writes the file once: when the ``seconds``
+        timer is writing it, waits until it is written (the program may be about to exit)."""
+        if self._recorder is None:
             return
-        self._recorder.stop("end")
-        if self._backend is not None:
-            self._backend.stop()  # this thread gets its own profile function back now
-        self._wake.set()
-        timer = self._timer
-        if timer is not None and timer is not threading.current_thread():
-            timer.join()
         try:
-            self._write()
+            self._recorder.stop("end")
+            if self._backend is not None:
+                self._backend.stop()  # this thread gets its own profile function back now
+            self._wake.set()
+            timer = self._timer
+            if timer is not None and timer is not threading.current_thread():
+                timer.join()
+            self._write()  # after the timer's: does nothing then
         finally:
-            with _active_lock:
-                if _active is self:
-                    _active = None
+            self._release()
+
+    def _release(self) -> None:
+        # Recording has stopped and the file is written: another trace may start.
+        global _active
+        with _active_lock:
+            if _active is self:
+                _active = None
 
     def _forget(self) -> None:
         # In a child forked while recording: the parent writes the file, the child stops.
         self._written = True
+        self._write_lock = threading.Lock()  # the parent's timer thread may have held it
         if self._recorder is not None:
             self._recorder.stop("fork")
             for buffer in self._recorder.buffers:
@@ -208,6 +214,8 @@ class Trace:
                 self._write()
             except OSError as exc:
                 print(f"fleetflame trace: could not write {self.output}: {exc}", file=sys.stderr)
+            finally:
+                self._release()
 
     def _write(self) -> None:
         with self._write_lock:

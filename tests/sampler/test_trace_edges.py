@@ -1,0 +1,102 @@
+"""The tracer at its edges: programs that end while the file is written, traces one after
+another, odd targets and exits, profilers of the program's own, exceptions in the recorder.
+
+Each runs a small program in a real process (``python -m sampler trace`` or
+``sampler.trace()``) and reads what it wrote back.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from samplerhelpers import env
+
+pytestmark = pytest.mark.parallel  # none of these measures time
+
+# Calls a function in a loop until the trace's temporary file appears beside OUT, that is until
+# the file is being written (by the --seconds timer thread), then returns at once.
+UNTIL_WRITING = """
+import glob, os, sys
+def f(): pass
+def until_writing(out):
+    folder = os.path.dirname(out)
+    while True:
+        for _ in range(1000): f()
+        if glob.glob(os.path.join(folder, ".fleetflame-trace-*")):
+            return
+"""
+
+
+def python(tmp_path, source, *args, timeout=60):
+    """Runs ``source`` as a script in a fresh process; returns the completed process."""
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent(source))
+    return subprocess.run(
+        [sys.executable, str(script), *args],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=tmp_path,
+    )
+
+
+def trace(tmp_path, *args, output="run.json", timeout=60):
+    """Runs ``python -m sampler trace --output OUT args`` in ``tmp_path``."""
+    return subprocess.run(
+        [sys.executable, "-m", "sampler", "trace", "--output", str(tmp_path / output), *args],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=tmp_path,
+    )
+
+
+def read(path):
+    document = json.loads(path.read_text())
+    return document["traceEvents"], document["otherData"]
+
+
+def called(events):
+    return {e["name"] for e in events if e["ph"] == "B"}
+
+
+def test_a_program_exiting_while_seconds_writes_the_file_waits_for_it(tmp_path):
+    out = tmp_path / "run.json"
+    script = tmp_path / "prog.py"
+    script.write_text(UNTIL_WRITING + "until_writing(sys.argv[1])\nprint('exits')\n")
+    result = trace(tmp_path, "--seconds", "0.2", str(script), str(out))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "exits\n"
+    assert result.stderr.count("written to") == 1
+    events, meta = read(out)
+    assert meta["stopped_by"] == "seconds" and "__main__:f" in called(events)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prog.py", "run.json"]
+
+
+def test_a_block_ending_while_seconds_writes_the_file_waits_and_the_next_trace_starts(tmp_path):
+    result = python(
+        tmp_path,
+        UNTIL_WRITING
+        + """
+        import sampler
+        first, second = sys.argv[1], sys.argv[2]
+        with sampler.trace(first, seconds=0.2) as t:
+            until_writing(first)
+        print(os.path.exists(first), t.metadata["stopped_by"], "write_seconds" in t.metadata)
+        with sampler.trace(second) as t:  # the first stopped: one trace at a time allows it
+            f()
+        print(t.metadata["stopped_by"])
+        """.replace("\n        ", "\n"),
+        str(tmp_path / "first.json"),
+        str(tmp_path / "second.json"),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["True seconds True", "end"]
+    assert "__main__:f" in called(read(tmp_path / "first.json")[0])
+    assert "__main__:f" in called(read(tmp_path / "second.json")[0])
