@@ -202,12 +202,14 @@ class Trace:
         recorder = self._recorder
         if recorder is None:
             return
-        if self._wake.wait(self.seconds):
-            return
-        # Started a little before the recording: make up the difference.
-        while perf_counter_ns() < recorder.start_ns + self.seconds * 1e9:
-            remaining = (recorder.start_ns + self.seconds * 1e9 - perf_counter_ns()) / 1e9
-            if self._wake.wait(max(remaining, 0.0)):
+        # Woken a little before the recording starts (backend.start() sets start_ns): the
+        # seconds count from then, however few they are.
+        while not recorder.start_ns:
+            if self._wake.wait(0.0005):
+                return
+        deadline = recorder.start_ns + self.seconds * 1e9
+        while (now := perf_counter_ns()) < deadline:
+            if self._wake.wait((deadline - now) / 1e9):
                 return
         if recorder.stop("seconds"):
             try:

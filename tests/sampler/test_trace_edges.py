@@ -100,3 +100,16 @@ def test_a_block_ending_while_seconds_writes_the_file_waits_and_the_next_trace_s
     assert result.stdout.splitlines() == ["True seconds True", "end"]
     assert "__main__:f" in called(read(tmp_path / "first.json")[0])
     assert "__main__:f" in called(read(tmp_path / "second.json")[0])
+
+
+def test_seconds_shorter_than_the_start_up_count_from_the_start_of_recording(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text(
+        "import time\ndef f(): pass\nend = time.time() + 0.3\nwhile time.time() < end: f()\n"
+    )
+    result = trace(tmp_path, "--seconds", "0.001", str(script))
+    assert result.returncode == 0, result.stderr
+    events, meta = read(tmp_path / "run.json")
+    assert meta["stopped_by"] == "seconds"
+    assert 0.001 <= meta["traced_seconds"] < 0.25  # not the time since the machine booted
+    assert meta["events"] > 0 and called(events)  # runpy's, in a millisecond
