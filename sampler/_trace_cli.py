@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             runpy.run_path(options.target, run_name="__main__")
     except SystemExit as exc:
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)  # as Python says sys.exit("why")'s why
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     return 0
 

@@ -113,3 +113,12 @@ def test_seconds_shorter_than_the_start_up_count_from_the_start_of_recording(tmp
     assert meta["stopped_by"] == "seconds"
     assert 0.001 <= meta["traced_seconds"] < 0.25  # not the time since the machine booted
     assert meta["events"] > 0 and called(events)  # runpy's, in a millisecond
+
+
+def test_the_message_of_sys_exit_is_printed_as_python_prints_it(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text("import sys\nsys.exit('fatal: bad config')\n")
+    result = trace(tmp_path, str(script))
+    assert result.returncode == 1
+    assert "fatal: bad config\n" in result.stderr
+    assert "written to" in result.stderr
