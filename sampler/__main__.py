@@ -153,6 +153,10 @@ def run(argv: list[str]) -> int:
     if problem:
         print(f"python -m sampler run: {problem}", file=sys.stderr)
         return 2
+    # Where the checks above found them: the program may change its working directory.
+    for name in ("output", "svg"):
+        if getattr(options, name):
+            setattr(options, name, os.path.abspath(getattr(options, name)))
     overrides: dict[str, Any] = {name: getattr(options, name) for name in _OPTIONS}
     if overrides["port"] is None:
         overrides["port"] = "none"

@@ -276,3 +276,24 @@ def test_stacks_start_at_the_program_and_switches_need_no_value(tmp_path, engine
     for stack in busy:
         assert stack.startswith("__main__:<module>:"), stack
         assert "runpy:" not in stack
+
+
+@pytest.mark.parallel
+@pytest.mark.parametrize(
+    "program",
+    [
+        "import os\nos.chdir('sub')\n",
+        # Its working directory deleted under it: the write at exit failed with a traceback.
+        "import os, tempfile\nd = tempfile.mkdtemp()\nos.chdir(d)\nos.rmdir(d)\n",
+    ],
+    ids=["chdir", "cwd-deleted"],
+)
+def test_relative_outputs_land_where_the_run_started_though_the_program_moved(tmp_path, program):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "program.py").write_text(program)
+    result = sampler_command(
+        ["run", "-o", "out.folded", "--svg", "out.svg", "program.py"], tmp_path
+    )
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert (tmp_path / "out.folded").is_file() and (tmp_path / "out.svg").is_file()
+    assert not list((tmp_path / "sub").iterdir())
