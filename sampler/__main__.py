@@ -201,13 +201,21 @@ def _write_outputs(sampler: Sampler, options: argparse.Namespace, periods: _Peri
     if periods is not None:
         periods.finish()
     elif options.output:
-        write_text_atomically(options.output, format_folded(counts))
+        _write(options.output, format_folded(counts))
     if options.svg:
         title = f"{sampler.labels['service']} ({sampler.mode})"
-        write_text_atomically(
+        _write(
             options.svg,
             _svg.render(counts, title=title, unit_seconds=sampler.interval, mode=sampler.mode),
         )
+
+
+def _write(path: str, text: str) -> None:
+    """Writes one output file; a failure is said on stderr, the program's exit status kept."""
+    try:
+        write_text_atomically(path, text)
+    except OSError as exc:
+        print(f"fleetflame: could not write {path}: {exc.strerror or exc}", file=sys.stderr)
 
 
 def _hide_launcher(engine: str) -> None:

@@ -297,3 +297,17 @@ def test_relative_outputs_land_where_the_run_started_though_the_program_moved(tm
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     assert (tmp_path / "out.folded").is_file() and (tmp_path / "out.svg").is_file()
     assert not list((tmp_path / "sub").iterdir())
+
+
+@pytest.mark.parallel
+def test_an_output_that_cannot_be_written_at_exit_is_said_and_the_exit_status_kept(tmp_path):
+    # The program removes the directory of --output: the status became 1, with a traceback.
+    (tmp_path / "gone").mkdir()
+    (tmp_path / "program.py").write_text("import os, sys\nos.rmdir('gone')\nsys.exit(7)\n")
+    result = sampler_command(
+        ["run", "-o", "gone/out.folded", "--svg", "out.svg", "program.py"], tmp_path
+    )
+    assert result.returncode == 7, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert f"could not write {tmp_path / 'gone' / 'out.folded'}: " in result.stderr
+    assert (tmp_path / "out.svg").is_file()  # the other output is written all the same
