@@ -60,6 +60,12 @@ def main(argv: list[str] | None = None) -> int:
         _parser().print_help()
         return 2
     options = _parser().parse_args(args)
+    from .__main__ import _target_problem  # run's check, so both refuse the same targets
+
+    problem = _target_problem(options.target, options.module)
+    if problem:  # before anything is recorded or written over
+        print(f"python -m sampler trace: {problem}", file=sys.stderr)
+        return 2
     try:
         tracer = Trace(
             options.output,

@@ -122,3 +122,15 @@ def test_the_message_of_sys_exit_is_printed_as_python_prints_it(tmp_path):
     assert result.returncode == 1
     assert "fatal: bad config\n" in result.stderr
     assert "written to" in result.stderr
+
+
+def test_a_missing_script_or_module_is_refused_before_anything_is_written(tmp_path):
+    (tmp_path / "run.json").write_text("precious")
+    for target in (["nosuch.py"], ["-m", "nosuchmodule"]):
+        result = trace(tmp_path, *target)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith("python -m sampler trace: no such file: 'nosuch.py'") or (
+            "no module named 'nosuchmodule'" in result.stderr
+        ), result.stderr
+        assert "Traceback" not in result.stderr and "written to" not in result.stderr
+        assert (tmp_path / "run.json").read_text() == "precious"
