@@ -102,7 +102,18 @@ def main(argv: list[str] | None = None) -> int:
 def _main_file(target: str, module: bool) -> str | None:
     """Returns the source file that will run as ``__main__``, so its functions are named so."""
     if not module:
-        return target  # runpy compiles the script under the path as given
+        import pkgutil
+
+        # A directory or zip is run as its __main__.py, found as runpy finds it; a script is
+        # compiled under the path as given.
+        importer = pkgutil.get_importer(target)
+        if importer is None or not hasattr(importer, "find_spec"):
+            return target
+        try:
+            found = importer.find_spec("__main__")
+        except (ImportError, ValueError, OSError):
+            return None
+        return found.origin if found is not None else None
     import importlib.util
 
     try:

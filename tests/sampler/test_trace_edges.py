@@ -134,3 +134,18 @@ def test_a_missing_script_or_module_is_refused_before_anything_is_written(tmp_pa
         ), result.stderr
         assert "Traceback" not in result.stderr and "written to" not in result.stderr
         assert (tmp_path / "run.json").read_text() == "precious"
+
+
+def test_a_directory_or_zip_target_is_named_main_as_run_names_it(tmp_path):
+    import zipfile
+
+    source = "def work():\n    return sum(range(10))\n\nwork()\n"
+    (tmp_path / "appdir").mkdir()
+    (tmp_path / "appdir" / "__main__.py").write_text(source)
+    with zipfile.ZipFile(tmp_path / "app.zip", "w") as archive:
+        archive.writestr("__main__.py", source)
+    for target in ("appdir", "app.zip", str(tmp_path / "appdir")):
+        result = trace(tmp_path, target)
+        assert result.returncode == 0, result.stderr
+        names = called(read(tmp_path / "run.json")[0])
+        assert {"__main__:<module>", "__main__:work"} <= names, (target, sorted(names))
