@@ -23,7 +23,7 @@ from ._core import Sampler, SamplerError
 from ._files import write_text_atomically
 from ._process import start, stop
 from ._settings import SETTINGS, ConfigError
-from ._stack_walk import hide_code
+from ._stack_walk import HIDDEN_CODE_IDS, hide_code
 from ._trace_write import output_problem
 from .profile import format_folded, subtract
 
@@ -178,22 +178,55 @@ def run(argv: list[str]) -> int:
         periods = _Periods(sampler, options.output, options.every)
         periods.start()
     status = 0
+    error: BaseException | None = None
     parent = os.getpid()
     try:
-        if options.module:
-            runpy.run_module(options.target, run_name="__main__", alter_sys=True)
-        else:
-            sys.path.insert(0, os.path.dirname(os.path.abspath(options.target)))
-            runpy.run_path(options.target, run_name="__main__")
-    except SystemExit as exc:
-        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        if exc.code is not None and not isinstance(exc.code, int):
-            print(exc.code, file=sys.stderr)  # as Python says sys.exit("why")'s why
+        try:
+            if options.module:
+                runpy.run_module(options.target, run_name="__main__", alter_sys=True)
+            else:
+                sys.path.insert(0, os.path.dirname(os.path.abspath(options.target)))
+                runpy.run_path(options.target, run_name="__main__")
+        except SystemExit as exc:
+            status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if exc.code is not None and not isinstance(exc.code, int):
+                print(exc.code, file=sys.stderr)  # as Python says sys.exit("why")'s why
+        except BaseException as exc:  # noqa: BLE001 - told here, as the interpreter tells it
+            # Python tells an uncaught exception before it waits for the threads.
+            _tell(exc)
+            status, error = 1, exc
+        try:
+            _wait_for_threads()
+        except KeyboardInterrupt as exc:  # Ctrl-C while waiting: keep what was sampled, end
+            error = error or exc
     finally:
         stop()
         if os.getpid() == parent:  # not a child the program forked: the parent writes them
             _write_outputs(sampler, options, periods)
+    if isinstance(error, KeyboardInterrupt):
+        # Raised again so that the interpreter ends as Python does on Ctrl-C (killed by
+        # SIGINT, after its atexit calls); told already, so not told twice.
+        sys.excepthook = lambda *args: None
+        raise error
     return status
+
+
+def _wait_for_threads() -> None:
+    """Waits for the program's non-daemon threads as the interpreter does before it exits
+    (threading's own shutdown: its atexit calls, which end executors' idle workers, then a
+    join of each), so that what they do after the main module returns is sampled too."""
+    threading._shutdown()  # type: ignore[attr-defined]
+
+
+def _tell(exc: BaseException) -> None:
+    """Prints an uncaught exception's traceback through sys.excepthook, from the program's
+    own frames on (the launcher's, hidden from its stacks, left out of it too)."""
+    tb = exc.__traceback__
+    while tb is not None and id(tb.tb_frame.f_code) in HIDDEN_CODE_IDS:
+        tb = tb.tb_next
+    if tb is not None:  # the default hook prints the exception's own traceback, not its tb
+        exc.__traceback__ = tb
+    sys.excepthook(type(exc), exc, exc.__traceback__)
 
 
 def _write_outputs(sampler: Sampler, options: argparse.Namespace, periods: _Periods | None) -> None:
@@ -220,12 +253,15 @@ def _write(path: str, text: str) -> None:
 
 def _hide_launcher(engine: str) -> None:
     """Leaves this launcher's frames out of the program's stacks, which then start at its own
-    ``__main__:<module>``: every frame above run() and runpy's functions that run the target."""
+    ``__main__:<module>``: every frame above run(), runpy's functions that run the target, and
+    the launcher's own work at the program's end (the wait for its threads, the traceback)."""
     frame: Any = sys._getframe(0)
     while frame is not None:
         hide_code(frame.f_code, engine)
         frame = frame.f_back
     for function in (runpy.run_path, runpy.run_module, runpy._run_module_code, runpy._run_code):  # type: ignore[attr-defined]
+        hide_code(function.__code__, engine)
+    for function in (_wait_for_threads, _tell):
         hide_code(function.__code__, engine)
 
 

@@ -1,6 +1,7 @@
 """``python -m sampler run``: any program, sampled, with the profile written at exit."""
 
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -311,3 +312,88 @@ def test_an_output_that_cannot_be_written_at_exit_is_said_and_the_exit_status_ke
     assert "Traceback" not in result.stderr, result.stderr
     assert f"could not write {tmp_path / 'gone' / 'out.folded'}: " in result.stderr
     assert (tmp_path / "out.svg").is_file()  # the other output is written all the same
+
+
+LATE_WORKER = """
+import sys, threading, time
+
+
+def burn(seconds):
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def late_work():
+    time.sleep(0.1)  # the main module has ended by now
+    burn(0.4)
+
+
+threading.Thread(target=late_work).start()
+{end}
+"""
+
+# Engines that sample a thread while the main thread waits for it: the python engine's signal
+# driver needs the main thread to run its handlers (it moves to its thread driver, late).
+WAITING_ENGINES = [
+    pytest.param(["--engine", "native"], marks=ENGINES[0].marks, id="native"),
+    pytest.param(["--driver", "thread"], id="python-thread"),
+]
+
+
+@pytest.mark.parametrize("engine", WAITING_ENGINES)
+@pytest.mark.parametrize(
+    "end, status",
+    [
+        ("", 0),
+        ("sys.exit(3)", 3),
+        ("raise ValueError('main failed')", 1),
+        ("raise KeyboardInterrupt", -2),
+    ],
+    ids=["returns", "sys.exit", "raises", "KeyboardInterrupt"],
+)
+def test_threads_that_outlive_the_main_module_are_sampled_until_they_end(
+    tmp_path, engine, end, status
+):
+    # Sampling stopped when the main module ended, before the interpreter waited for its
+    # non-daemon threads: their work after that was lost (a sample or two of ~40).
+    program, out = tmp_path / "program.py", tmp_path / "out.folded"
+    program.write_text(LATE_WORKER.format(end=end))
+    result = sampler_command(["run", *engine, "-o", str(out), str(program)], tmp_path)
+    assert result.returncode == status, result.stderr
+    late = sum(c for s, c in parse_folded(out.read_text()).items() if s.endswith(":burn"))
+    assert late >= 25, out.read_text()
+    if status in (1, -2):  # told once, from the program's frame, as Python tells it
+        assert result.stderr.count("Traceback") == 1, result.stderr
+        assert f'"{program}", line 17, in <module>' in result.stderr, result.stderr
+        assert "runpy" not in result.stderr and "sampler" not in result.stderr, result.stderr
+
+
+@pytest.mark.parallel
+def test_ctrl_c_while_waiting_for_the_programs_threads_ends_the_run_with_its_profile(tmp_path):
+    program, out = tmp_path / "program.py", tmp_path / "out.folded"
+    program.write_text(
+        "import threading, time\n"
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "ThreadPoolExecutor().submit(sum, range(10))  # never shut down: no wait for it\n"
+        "threading.Thread(target=time.sleep, args=(60,)).start()\n"
+        "print('main done', flush=True)\n"
+    )
+    run = subprocess.Popen(
+        [sys.executable, "-m", "sampler", "run", "-o", str(out), str(program)],
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert run.stdout.readline() == "main done\n"
+        time.sleep(0.5)
+        assert run.poll() is None  # waiting for the thread, as Python waits
+        run.send_signal(signal.SIGINT)
+        _, stderr = run.communicate(timeout=10)
+    finally:
+        run.kill()
+        run.wait()
+    assert run.returncode == -signal.SIGINT and "Traceback" not in stderr, stderr
+    assert out.is_file()
