@@ -6,7 +6,9 @@ one closure per thread, handed to threads started later by ``threading.setprofil
 threads already running by ``sys._setprofileallthreads`` on 3.12+ or ``_trace_threads`` on 3.10
 and 3.11). A C method is named by ``(its type, its name)``, never kept itself: the bound method
 the profiler is handed holds its instance, and keeping it would keep every object whose C
-method was called alive until the trace is written.
+method was called alive until the trace is written. A C method of a class (``datetime.now``,
+``dict.fromkeys``) is named by ``(the class, its name)``: its bound method is a new object at
+every call, and keeping those would break the memory bound.
 """
 
 from __future__ import annotations
@@ -119,8 +121,11 @@ class ProfileBackend:
                 elif event == "c_call":
                     owner = arg.__self__
                     kind = owner.__class__
-                    if kind is module_type or kind is type_type or owner is None:
+                    if kind is module_type or owner is None:
                         o_append(arg)
+                    elif kind is type_type:  # a class's C method: a new bound method each call
+                        key = (owner, arg.__name__)
+                        o_append(intern(key, key))
                     else:
                         key = (kind, arg.__name__)
                         o_append(intern(key, key))
@@ -242,7 +247,10 @@ class MonitoringBackend:
             if kind is builtin:
                 owner = function.__self__
                 owner_kind = owner.__class__
-                if not (owner_kind is module_type or owner_kind is type_type or owner is None):
+                if owner_kind is type_type:  # a class's C method: a new bound method each call
+                    key = (owner, function.__name__)
+                    function = intern(key, key)
+                elif not (owner_kind is module_type or owner is None):
                     key = (owner_kind, function.__name__)
                     function = intern(key, key)
             elif kind is not descriptor:

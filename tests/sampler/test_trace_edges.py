@@ -14,6 +14,7 @@ import textwrap
 
 import pytest
 from samplerhelpers import env
+from test_trace import PYTHONS
 
 pytestmark = pytest.mark.parallel  # none of these measures time
 
@@ -31,12 +32,12 @@ def until_writing(out):
 """
 
 
-def python(tmp_path, source, *args, timeout=60):
+def python(tmp_path, source, *args, timeout=60, interpreter=sys.executable):
     """Runs ``source`` as a script in a fresh process; returns the completed process."""
     script = tmp_path / "prog.py"
     script.write_text(textwrap.dedent(source))
     return subprocess.run(
-        [sys.executable, str(script), *args],
+        [interpreter, str(script), *args],
         env=env(),
         capture_output=True,
         text=True,
@@ -149,3 +150,29 @@ def test_a_directory_or_zip_target_is_named_main_as_run_names_it(tmp_path):
         assert result.returncode == 0, result.stderr
         names = called(read(tmp_path / "run.json")[0])
         assert {"__main__:<module>", "__main__:work"} <= names, (target, sorted(names))
+
+
+@pytest.mark.parametrize("interpreter", PYTHONS)
+def test_c_methods_of_classes_keep_no_object_per_call(tmp_path, interpreter):
+    # A class's C method (datetime.now, dict.fromkeys) is a new bound method at every call:
+    # the trace must keep a key naming it, not each one (16 bytes an event, as documented).
+    result = python(
+        tmp_path,
+        """
+        import datetime, sys, sampler
+        from sampler import _trace
+        with sampler.trace(sys.argv[1]):
+            for _ in range(20_000):
+                datetime.datetime.now()
+                dict.fromkeys(())
+            objs = _trace._active._recorder.buffers[0].objs  # this thread's
+            kept = len(set(map(id, objs)))  # C calling C: not recorded
+        print(kept)
+        """,
+        str(tmp_path / "run.json"),
+        interpreter=interpreter,
+    )
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) < 500  # one per function called, not 40,000
+    names = called(read(tmp_path / "run.json")[0])
+    assert {"datetime:datetime.now", "builtins:dict.fromkeys"} <= names, sorted(names)
