@@ -77,7 +77,7 @@ class Names:
 
 def c_name(obj: Any) -> str:
     """Names a recorded C function: ``module:qualname`` (``builtins:list.append``)."""
-    if isinstance(obj, tuple):  # (the instance's type or the class, method name): see _trace_backends
+    if isinstance(obj, tuple):  # (an instance's type or a class, a name): see _trace_backends
         kind, method = obj
         return f"{kind.__module__}:{kind.__qualname__}.{method}"
     owner = getattr(obj, "__self__", None)
