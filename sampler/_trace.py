@@ -105,6 +105,16 @@ class Trace:
         global _active
         if self._recorder is not None:
             raise TraceError("this trace has already recorded: make a new one")
+        own = sys.getprofile()
+        if own is not None and not callable(own):
+            # A C profiler (cProfile before 3.12): sys.getprofile() gives its object, which
+            # sys.setprofile could not put back; the trace would also take its place.
+            kind = type(own)
+            raise TraceError(
+                f"a profiler written in C holds this thread's profile function ("
+                f"{kind.__module__}.{kind.__qualname__}): disable it before tracing and enable "
+                "it after (one profile function per thread)"
+            )
         with _active_lock:
             if _active is not None:
                 raise TraceError(

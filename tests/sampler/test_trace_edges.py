@@ -176,3 +176,56 @@ def test_c_methods_of_classes_keep_no_object_per_call(tmp_path, interpreter):
     assert int(result.stdout) < 500  # one per function called, not 40,000
     names = called(read(tmp_path / "run.json")[0])
     assert {"datetime:datetime.now", "builtins:dict.fromkeys"} <= names, sorted(names)
+
+
+@pytest.mark.parametrize("interpreter", PYTHONS)
+def test_a_trace_inside_cprofile_refuses_before_3_12_and_leaves_cprofile_working(
+    tmp_path, interpreter
+):
+    result = python(
+        tmp_path,
+        """
+        import cProfile, pstats, sys, sampler
+        def inside(): pass
+        def after(): pass
+        profile = cProfile.Profile()
+        profile.enable()
+        try:
+            with sampler.trace(sys.argv[1]):
+                inside()
+        except RuntimeError as exc:  # TraceError
+            print("refused:", exc)
+        after()
+        profile.disable()
+        counted = {f[2]: s[0] for f, s in pstats.Stats(profile).stats.items()}
+        print(counted.get("inside", 0), counted.get("after", 0))
+        """,
+        str(tmp_path / "run.json"),
+        interpreter=interpreter,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    if interpreter == sys.executable and sys.version_info < (3, 12):
+        assert "refused: a profiler written in C holds this thread's profile function" in lines[0]
+        assert "cProfile.Profile" in lines[0] and lines[1] == "0 1"
+    else:  # cProfile on sys.monitoring: the trace falls back to sys.setprofile beside it
+        assert lines == ["1 1"]
+        assert "__main__:inside" in called(read(tmp_path / "run.json")[0])
+
+
+def test_trace_run_under_cprofile_refuses_with_status_2(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text("pass\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "cProfile", "-m", "sampler", "trace", str(script)],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    if sys.version_info < (3, 12):
+        assert "python -m sampler trace: a profiler written in C" in result.stderr
+        assert "Traceback" not in result.stderr and not (tmp_path / "trace.json").exists()
+    else:
+        assert (tmp_path / "trace.json").exists(), result.stderr
