@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import re
 import runpy
 import sys
 import threading
@@ -20,6 +21,7 @@ from typing import Any
 
 from . import _svg
 from ._core import Sampler, SamplerError
+from ._engine_native import unavailable as native_unavailable
 from ._files import write_text_atomically
 from ._process import start, stop
 from ._settings import SETTINGS, ConfigError
@@ -121,7 +123,7 @@ class _Periods:
 
     def _write(self) -> None:
         now = time.time()
-        counts = self._sampler.folded()
+        counts = _program_counts(self._sampler.folded())
         start = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self._start))
         millis = int(self._start % 1 * 1000)
         name = f"{start}.{millis:03d}Z-p{os.getpid()}-{self._sequence:06d}.folded"
@@ -163,12 +165,14 @@ def run(argv: list[str]) -> int:
     if overrides["service"] is None:
         overrides["service"] = os.path.basename(options.target).removesuffix(".py")
     sys.argv = [options.target, *options.args]
+    # Hidden before sampling starts, from both engines' walks (either may run): what start()
+    # does after that is then rooted in it, and left out of the files (_program_counts).
+    _hide_launcher("native" if native_unavailable() is None else "python")
     try:
         sampler = start(**overrides)
     except (ConfigError, SamplerError) as exc:  # a bad setting, a port taken
         print(f"python -m sampler run: {exc}", file=sys.stderr)
         return 2
-    _hide_launcher(sampler.engine.name)
     if sampler.url:
         print(f"fleetflame: sampling, curl {sampler.url}/stacks", file=sys.stderr)
     elif not (options.output or options.svg):
@@ -230,7 +234,7 @@ def _tell(exc: BaseException) -> None:
 
 
 def _write_outputs(sampler: Sampler, options: argparse.Namespace, periods: _Periods | None) -> None:
-    counts = sampler.folded()
+    counts = _program_counts(sampler.folded())
     if periods is not None:
         periods.finish()
     elif options.output:
@@ -249,6 +253,16 @@ def _write(path: str, text: str) -> None:
         write_text_atomically(path, text)
     except OSError as exc:
         print(f"fleetflame: could not write {path}: {exc.strerror or exc}", file=sys.stderr)
+
+
+# The sampler's start() and stop() on the main thread, sampled before the program began and
+# after it ended: rooted there (below a thread's frame) once the launcher's frames are hidden.
+_LAUNCHER_STACK = re.compile(r"(\[thread:[^;]*\];)?sampler\._process:(start|stop)(:\d+)?(;|$)")
+
+
+def _program_counts(counts: dict[str, int]) -> dict[str, int]:
+    """Returns the program's folded counts: without the launcher's own start and stop."""
+    return {stack: n for stack, n in counts.items() if not _LAUNCHER_STACK.match(stack)}
 
 
 def _hide_launcher(engine: str) -> None:

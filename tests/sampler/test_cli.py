@@ -397,3 +397,31 @@ def test_ctrl_c_while_waiting_for_the_programs_threads_ends_the_run_with_its_pro
         run.wait()
     assert run.returncode == -signal.SIGINT and "Traceback" not in stderr, stderr
     assert out.is_file()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_samplers_own_start_and_stop_are_not_in_the_profile(tmp_path, engine):
+    # In wall mode the main thread's waits in start() and stop() (a thread started, another
+    # joined) are sampled in most runs: they were in the file as the program's stacks, below
+    # the launcher's frames (hidden only once start() had returned) or rooted in stop().
+    out = tmp_path / "out.folded"
+    (tmp_path / "program.py").write_text("pass\n")
+    options = ["--engine", engine, "--mode", "wall", "--interval", "0.0005"]
+    result = sampler_command(["run", *options, "-o", str(out), "program.py"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    stacks = parse_folded(out.read_text())
+    assert not [s for s in stacks if "sampler._process:" in s or "__main__:run" in s], stacks
+
+
+def test_the_launchers_start_and_stop_stacks_are_told_from_the_programs():
+    from sampler.__main__ import _program_counts
+
+    counts = {
+        "sampler._process:start;sampler._core:Sampler.start": 1,
+        "sampler._process:stop:80;sampler._core:Sampler.stop:201": 2,  # --lineno
+        "[thread:MainThread];sampler._process:stop": 3,  # --thread-frames
+        "sampler._process:start_from_env": 4,
+        "__main__:<module>;sampler._process:start": 5,  # the program's own call
+        "[thread:MainThread];__main__:<module>": 6,
+    }
+    assert _program_counts(counts) == {s: n for s, n in counts.items() if n >= 4}
