@@ -1,7 +1,7 @@
 """The two ways a trace's events reach the per-thread buffers of ``_trace_record``.
 
 ``sys.monitoring`` (Python 3.12+: one set of callbacks for the whole process) and
-``sys.setprofile`` (older Pythons, or when another tool holds the monitoring profiler slot:
+``sys.setprofile`` (older Pythons, or when other tools hold the monitoring ids it may take:
 one closure per thread, handed to threads started later by ``threading.setprofile`` and to the
 threads already running by ``sys._setprofileallthreads`` on 3.12+ or ``_trace_threads`` on 3.10
 and 3.11). A C method is named by ``(its type, its name)``, never kept itself: the bound method
@@ -39,6 +39,16 @@ _EVENTS = (
     "C_RETURN",
     "C_RAISE",
 )
+
+
+# The sys.monitoring tool ids a trace may take, in order: first the two no convention gives a
+# tool, so that the traced program's own profiler (cProfile on PROFILER_ID), coverage
+# (COVERAGE_ID) or debugger (DEBUGGER_ID) still finds its slot free; PROFILER_ID last.
+TOOL_IDS = (3, 4, 2)
+
+
+def _free_tools(monitoring: Any) -> list[int]:
+    return [i for i in TOOL_IDS if monitoring.get_tool(i) is None]
 
 
 class ProfileBackend:
@@ -165,17 +175,23 @@ class MonitoringBackend:
         monitoring = getattr(sys, "monitoring", None)
         if monitoring is None:
             return "sys.monitoring needs Python 3.12+"
-        holder = monitoring.get_tool(monitoring.PROFILER_ID)
-        if holder is not None:
-            return f"sys.monitoring's profiler slot is held by {holder!r}"
+        if not _free_tools(monitoring):
+            held = ", ".join(f"{i} by {monitoring.get_tool(i)!r}" for i in TOOL_IDS)
+            return f"the sys.monitoring tool ids a trace takes are held ({held})"
         return None
 
     def start(self, all_threads: bool = True) -> None:
         """Records in every thread (monitoring cannot be set for one thread only)."""
         monitoring = sys.monitoring  # type: ignore[attr-defined,unused-ignore]
         events = monitoring.events
-        tool = monitoring.PROFILER_ID
-        monitoring.use_tool_id(tool, "fleetflame trace")
+        for tool in _free_tools(monitoring):
+            try:
+                monitoring.use_tool_id(tool, "fleetflame trace")
+                break
+            except ValueError:  # taken since: the next
+                continue
+        else:
+            raise RuntimeError(MonitoringBackend.unavailable() or "no sys.monitoring tool id free")
         self._tool = tool
         on_start, on_end, on_call, on_c_end = self._callbacks()
         callbacks = (on_start,) * 3 + (on_end,) * 3 + (on_call, on_c_end, on_c_end)
@@ -188,7 +204,7 @@ class MonitoringBackend:
         monitoring.set_events(tool, mask)
 
     def stop(self) -> None:
-        """Stops every callback at once and gives the profiler slot back."""
+        """Stops every callback at once and gives the tool id back."""
         if self._tool < 0:
             return
         monitoring = sys.monitoring  # type: ignore[attr-defined,unused-ignore]

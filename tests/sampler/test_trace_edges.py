@@ -208,8 +208,9 @@ def test_a_trace_inside_cprofile_refuses_before_3_12_and_leaves_cprofile_working
     if interpreter == sys.executable and sys.version_info < (3, 12):
         assert "refused: a profiler written in C holds this thread's profile function" in lines[0]
         assert "cProfile.Profile" in lines[0] and lines[1] == "0 1"
-    else:  # cProfile on sys.monitoring: the trace falls back to sys.setprofile beside it
+    else:  # cProfile on sys.monitoring's PROFILER_ID: the trace takes another tool id
         assert lines == ["1 1"]
+        assert read(tmp_path / "run.json")[1]["backend"] == "sys.monitoring"
         assert "__main__:inside" in called(read(tmp_path / "run.json")[0])
 
 
@@ -229,3 +230,46 @@ def test_trace_run_under_cprofile_refuses_with_status_2(tmp_path):
         assert "Traceback" not in result.stderr and not (tmp_path / "trace.json").exists()
     else:
         assert (tmp_path / "trace.json").exists(), result.stderr
+
+
+NEWER = [p for p in PYTHONS if p != sys.executable or sys.version_info >= (3, 12)]
+
+
+@pytest.mark.skipif(not NEWER, reason="no Python 3.12+ on this machine")
+@pytest.mark.parametrize("interpreter", NEWER)
+def test_a_traced_program_can_enable_cprofile_and_coverage_on_3_12(tmp_path, interpreter):
+    script = tmp_path / "prog.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import cProfile, pstats, sys
+            def step(): pass
+            profile = cProfile.Profile()  # sys.monitoring's PROFILER_ID
+            profile.enable(); step(); profile.disable()
+            counted = {f[2]: s[0] for f, s in pstats.Stats(profile).stats.items()}
+            m = sys.monitoring  # as coverage.py takes COVERAGE_ID
+            m.use_tool_id(m.COVERAGE_ID, "coverage"); m.free_tool_id(m.COVERAGE_ID)
+            print(counted["step"])
+            """
+        )
+    )
+    result = subprocess.run(
+        [
+            interpreter,
+            "-m",
+            "sampler",
+            "trace",
+            "--output",
+            str(tmp_path / "run.json"),
+            str(script),
+        ],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "1\n"
+    events, meta = read(tmp_path / "run.json")
+    assert meta["backend"] == "sys.monitoring" and not meta["notes"]
+    assert "__main__:step" in called(events)
