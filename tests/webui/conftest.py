@@ -89,3 +89,15 @@ def make_app():
     yield build
     for application in apps:
         application.extensions["fleetflame_db"].close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium for a module's browser tests."""
+    from headless import launch_chromium
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = launch_chromium(playwright)
+        yield chromium
+        chromium.close()

@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from headless import launch_chromium
 from webhelpers import (
     T0,
     XSS,
@@ -23,8 +20,8 @@ from webhelpers import (
     record_finding,
     record_slow_requests,
     record_stalls,
+    serving,
 )
-from werkzeug.serving import make_server
 
 from collector.store import SampleRow, Store
 from sampler.profile import shown_frame
@@ -56,34 +53,6 @@ def server(tmp_path_factory) -> Iterator[str]:
     record_slow_requests(url, '/up"load', slow, [T0 + 60 * m for m in range(10)])
     with serving(url) as base:
         yield base
-
-
-@contextmanager
-def serving(url: str) -> Iterator[str]:
-    """The web app on a free port over the database at ``url``; yields its base URL."""
-    from webui import create_app
-
-    app = create_app({"DATABASE_URL": url})
-    httpd = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_port}"
-    finally:
-        httpd.shutdown()
-        thread.join(timeout=10)
-        httpd.server_close()
-        app.extensions["fleetflame_db"].close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = launch_chromium(playwright)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture

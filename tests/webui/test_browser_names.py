@@ -5,14 +5,10 @@ a dropdown or the split legend offers is a filter that finds its own samples."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
-from headless import launch_chromium
-from webhelpers import T0, record_finding
-from werkzeug.serving import make_server
+from webhelpers import T0, record_finding, serving
 
 from collector.store import SampleRow, Store
 
@@ -103,25 +99,6 @@ def worst_cases(url: str) -> None:
     engine.dispose()
 
 
-@contextmanager
-def serving(url: str) -> Iterator[str]:
-    """The web app on a free port over the database at ``url``, with no warming thread (one
-    still running at a test's end would fail it); yields its base URL."""
-    from webui import create_app
-
-    app = create_app({"DATABASE_URL": url, "WARM_HOURS": 0, "INDEX_DIR": ""})
-    httpd = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_port}"
-    finally:
-        httpd.shutdown()
-        thread.join(timeout=10)
-        httpd.server_close()
-        app.extensions["fleetflame_db"].close()
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[str]:
     url = f"sqlite:///{tmp_path_factory.mktemp('names') / 'fleetflame.db'}"
@@ -132,16 +109,6 @@ def server(tmp_path_factory) -> Iterator[str]:
     worst_cases(url)
     with serving(url) as base:
         yield base
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = launch_chromium(playwright)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture

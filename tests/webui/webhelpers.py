@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -180,3 +181,24 @@ def record_slow_requests(
     with engine.begin() as conn:
         add_request_rows(conn, rows)
     engine.dispose()
+
+
+@contextmanager
+def serving(url: str) -> Iterator[str]:
+    """The web app on a free port over the database at ``url``, with no warming thread (one
+    still running at a test's end would fail it); yields its base URL."""
+    from werkzeug.serving import make_server
+
+    from webui import create_app
+
+    app = create_app({"DATABASE_URL": url, "WARM_HOURS": 0, "INDEX_DIR": ""})
+    httpd = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_port}"
+    finally:
+        httpd.shutdown()
+        thread.join(timeout=10)
+        httpd.server_close()
+        app.extensions["fleetflame_db"].close()
