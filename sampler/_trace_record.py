@@ -10,6 +10,7 @@ recording stops everywhere. The two ways events get here, ``sys.monitoring`` and
 
 from __future__ import annotations
 
+import sys
 import threading
 from array import array
 from time import perf_counter_ns
@@ -132,3 +133,14 @@ def _name(buffer: Buffer) -> None:
     thread = getattr(threading, "_active", {}).get(buffer.ident)
     if thread is not None and getattr(thread, "native_id", buffer.native_id) == buffer.native_id:
         buffer.name = thread.name
+        return
+    # Not yet registered (sys.monitoring's first events of a thread come before that, and a
+    # short thread may make few after): a thread threading started runs Thread._bootstrap
+    # outermost, whose self is the Thread, named since Thread() was made.
+    frame = sys._getframe(1)
+    while frame.f_back is not None:
+        frame = frame.f_back
+    if frame.f_code.co_name == "_bootstrap" and frame.f_globals.get("__name__") == "threading":
+        thread = frame.f_locals.get("self")
+        if isinstance(thread, threading.Thread) and buffer.ident == threading.get_ident():
+            buffer.name = thread.name

@@ -273,3 +273,33 @@ def test_a_traced_program_can_enable_cprofile_and_coverage_on_3_12(tmp_path, int
     events, meta = read(tmp_path / "run.json")
     assert meta["backend"] == "sys.monitoring" and not meta["notes"]
     assert "__main__:step" in called(events)
+
+
+@pytest.mark.parametrize("interpreter", PYTHONS)
+def test_short_lived_threads_are_named(tmp_path, interpreter):
+    script = tmp_path / "prog.py"
+    script.write_text(
+        "import threading\n"
+        "def tiny(i): return i + 1\n"
+        "for i in range(20):\n"
+        "    t = threading.Thread(target=tiny, args=(i,), name=f'tiny-{i}'); t.start(); t.join()\n"
+    )
+    result = subprocess.run(
+        [
+            interpreter,
+            "-m",
+            "sampler",
+            "trace",
+            "--output",
+            str(tmp_path / "run.json"),
+            str(script),
+        ],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    events, _ = read(tmp_path / "run.json")
+    names = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert names == {"MainThread", *(f"tiny-{i}" for i in range(20))}
