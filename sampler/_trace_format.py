@@ -7,7 +7,8 @@ its thread, so a thread's events must nest: a return whose call came before the 
 is left out, calls still open when the trace stopped end at that time, and the tracer's own
 frames (``hidden``) are left out with everything they called.
 
-Names are ``module:qualname`` (as the sampler's stacks have them) and the event's ``args``
+Names are ``module:qualname`` (as the sampler's stacks have them: the module a function's
+globals are, found by its file, or for exec'd code by ``module_by_code``) and the event's ``args``
 hold ``file:line`` of the function's first line, the file relative to the ``sys.path`` entry
 it was found under. Each is formatted once per function.
 """
@@ -32,8 +33,10 @@ class Names:
         module_by_file: Mapping[str, str],
         roots: Sequence[str],
         hidden_files: Collection[str] = (),
+        module_by_code: Callable[[CodeType], str | None] | None = None,
     ) -> None:
         self._modules = module_by_file
+        self._by_code = module_by_code
         # Longest first, so a file is shown relative to the most specific entry holding it.
         self._roots = sorted({os.path.join(r, "") for r in roots if r}, key=len, reverse=True)
         self._hidden = frozenset(hidden_files)
@@ -50,7 +53,7 @@ class Names:
             if obj.co_filename in self._hidden:
                 text = None
             else:
-                name = f"{self.module(obj.co_filename)}:{getattr(obj, 'co_qualname', obj.co_name)}"
+                name = f"{self.module(obj.co_filename, obj)}:{getattr(obj, 'co_qualname', obj.co_name)}"
                 where = f"{self.short_path(obj.co_filename)}:{obj.co_firstlineno}"
                 text = f'"name":{json.dumps(name)},"cat":"python","args":{{"file":{json.dumps(where)}}}'
         else:
@@ -58,13 +61,19 @@ class Names:
         self._cache[key] = text
         return text
 
-    def module(self, filename: str) -> str:
-        """Returns the module a source file was loaded as, or the file's name when none was."""
+    def module(self, filename: str, code: CodeType | None = None) -> str:
+        """Returns the module a source file was loaded as; for code from no module's file (exec,
+        eval: ``<string>``) the one ``module_by_code`` gives (its globals' ``__name__``, as the
+        sampler names it); else the file's name."""
         module = self._modules.get(filename)
         if module:
             return module
         if filename.startswith("<frozen ") and filename.endswith(">"):
             return filename[len("<frozen ") : -1]
+        if code is not None and self._by_code is not None:
+            module = self._by_code(code)
+            if module:
+                return module
         return filename
 
     def short_path(self, filename: str) -> str:

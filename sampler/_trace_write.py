@@ -7,12 +7,13 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from types import CodeType, FunctionType
 
 from . import _trace_cost, _trace_format
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from typing import Any, TextIO
 
     from ._trace_backends import MonitoringBackend, ProfileBackend
@@ -75,7 +76,9 @@ def trace_lines(
     recorder: Recorder, main_file: str | None, process_name: str
 ) -> tuple[Any, list[int]]:
     """Returns the file's event lines, made as they are read, and the calls counted in them."""
-    names = _trace_format.Names(module_map(main_file), sys.path, HIDDEN_FILES)
+    names = _trace_format.Names(
+        module_map(main_file), sys.path, HIDDEN_FILES, module_by_code=modules_of_functions()
+    )
     pid = os.getpid()
     buffers = [b for b in recorder.buffers if not b.excluded and b.times]
     live = {(t.ident, t.native_id): t.name for t in threading.enumerate()}
@@ -155,6 +158,46 @@ def module_map(
     if main_file:
         modules[main_file] = modules[os.path.abspath(main_file)] = "__main__"
     return modules
+
+
+def modules_of_functions() -> Callable[[CodeType], str | None]:
+    """Returns a function giving the module (globals' ``__name__``) code ran in, found from
+    the live functions, for code compiled from no file (``<string>``: exec and eval, as a
+    dataclass's ``__init__`` and a namedtuple's ``__new__`` are); None when none tells.
+
+    The functions are looked for once, at the first call: a pass over the objects the
+    collector tracks. Code nested in a function's (its closures, comprehensions) runs in the
+    same globals, and code holding such code (the exec'd ``<module>``, dataclasses'
+    ``__create_fn__``, gone once run) ran in them too.
+    """
+    table: dict[CodeType, str] | None = None
+
+    def nested(code: CodeType) -> Iterator[CodeType]:
+        for const in code.co_consts:
+            if isinstance(const, CodeType):
+                yield const
+                yield from nested(const)
+
+    def find(code: CodeType) -> str | None:
+        nonlocal table
+        if table is None:
+            import gc
+
+            table = {}
+            for obj in gc.get_objects():
+                if type(obj) is FunctionType:
+                    name = obj.__globals__.get("__name__")
+                    function_code = obj.__code__
+                    if isinstance(name, str) and function_code.co_filename.startswith("<"):
+                        table.setdefault(function_code, name)
+                        for inner in nested(function_code):
+                            table.setdefault(inner, name)
+        found = table.get(code)
+        if found is None:
+            found = next((table[c] for c in nested(code) if c in table), None)
+        return found
+
+    return find
 
 
 def output_problem(path: str) -> str | None:

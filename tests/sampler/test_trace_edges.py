@@ -303,3 +303,47 @@ def test_short_lived_threads_are_named(tmp_path, interpreter):
     events, _ = read(tmp_path / "run.json")
     names = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
     assert names == {"MainThread", *(f"tiny-{i}" for i in range(20))}
+
+
+@pytest.mark.parametrize("interpreter", PYTHONS)
+def test_code_made_by_exec_is_named_by_its_globals_as_the_sampler_names_it(tmp_path, interpreter):
+    script = tmp_path / "prog.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import collections, dataclasses
+            @dataclasses.dataclass
+            class Point:
+                x: int
+            P = collections.namedtuple("P", "a b")
+            exec("def made(): return [i for i in range(2)]", globals())
+            for i in range(3):
+                Point(i); P(i, i); made()
+            """
+        )
+    )
+    result = subprocess.run(
+        [
+            interpreter,
+            "-m",
+            "sampler",
+            "trace",
+            "--output",
+            str(tmp_path / "run.json"),
+            str(script),
+        ],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    names = called(read(tmp_path / "run.json")[0])
+    expected = {
+        "__main__:__create_fn__",  # dataclasses' exec'd maker, gone by the end
+        "__main__:__create_fn__.<locals>.__init__",
+        "namedtuple_P:<lambda>",  # namedtuple's __new__, eval'd in a namespace of that name
+        "__main__:made",
+    }
+    assert expected <= names, sorted(names)
+    assert not [n for n in names if n.startswith("<string>:") and ("made" in n or "__" in n)]
