@@ -10,6 +10,7 @@ replicate).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import os
 import re
@@ -17,10 +18,12 @@ import runpy
 import sys
 import threading
 import time
+from types import CodeType
 from typing import Any
 
 from . import _svg
 from ._core import Sampler, SamplerError
+from ._engine_native import NativeEngine
 from ._engine_native import unavailable as native_unavailable
 from ._files import write_text_atomically
 from ._process import start, stop
@@ -186,11 +189,7 @@ def run(argv: list[str]) -> int:
     parent = os.getpid()
     try:
         try:
-            if options.module:
-                runpy.run_module(options.target, run_name="__main__", alter_sys=True)
-            else:
-                sys.path.insert(0, os.path.dirname(os.path.abspath(options.target)))
-                runpy.run_path(options.target, run_name="__main__")
+            _run_program(options, sampler)
         except SystemExit as exc:
             status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             if exc.code is not None and not isinstance(exc.code, int):
@@ -213,6 +212,33 @@ def run(argv: list[str]) -> int:
         sys.excepthook = lambda *args: None
         raise error
     return status
+
+
+def _run_program(options: argparse.Namespace, sampler: Sampler) -> None:
+    """Runs the program as ``__main__``, as python runs a script, a directory or zip with a
+    ``__main__.py``, or with ``-m`` a module."""
+    run_code = runpy._run_code  # type: ignore[attr-defined]
+    runpy._run_code = functools.partial(_run_main_code, sampler, run_code)  # type: ignore[attr-defined]
+    try:
+        if options.module:
+            runpy.run_module(options.target, run_name="__main__", alter_sys=True)
+        else:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(options.target)))
+            runpy.run_path(options.target, run_name="__main__")
+    finally:
+        runpy._run_code = run_code  # type: ignore[attr-defined]
+
+
+def _run_main_code(sampler: Sampler, run_code: Any, code: CodeType, *args: Any, **kw: Any) -> Any:
+    """Runs runpy's ``_run_code`` for the program's code, naming that code ``__main__``'s for
+    the native engine first: runpy takes the program's module out of sys.modules when it ends,
+    and the engine named the module's code drained after that (a short program's, all of it)
+    by its file, or ``__mp_main__`` once multiprocessing was imported."""
+    # Once: what the program runs with runpy itself is named as runpy names it.
+    runpy._run_code = run_code  # type: ignore[attr-defined]
+    if isinstance(sampler.engine, NativeEngine):
+        sampler.engine.name_file(code.co_filename, "__main__")
+    return run_code(code, *args, **kw)
 
 
 def _wait_for_threads() -> None:
@@ -275,7 +301,7 @@ def _hide_launcher(engine: str) -> None:
         frame = frame.f_back
     for function in (runpy.run_path, runpy.run_module, runpy._run_module_code, runpy._run_code):  # type: ignore[attr-defined]
         hide_code(function.__code__, engine)
-    for function in (_wait_for_threads, _tell):
+    for function in (_run_program, _run_main_code, _wait_for_threads, _tell):
         hide_code(function.__code__, engine)
 
 

@@ -226,6 +226,11 @@ class NativeEngine:
             module = self._modules.get(filename) or self._module_from_file(filename)
         return self._sampler.table.intern_frame(module, code, line)
 
+    def name_file(self, filename: str, module: str) -> None:
+        """Names the code of ``filename`` as ``module``'s where its function is gone by the
+        drain and sys.modules no longer holds it (a program run as ``__main__`` by runpy)."""
+        self._modules[filename] = module
+
     def _module_from_file(self, filename: str) -> str | None:
         if len(sys.modules) != self._modules_seen:
             self._modules_seen = len(sys.modules)

@@ -425,3 +425,31 @@ def test_the_launchers_start_and_stop_stacks_are_told_from_the_programs():
         "[thread:MainThread];__main__:<module>": 6,
     }
     assert _program_counts(counts) == {s: n for s, n in counts.items() if n >= 4}
+
+
+SHORT_MODULE = """
+import sys
+sys.setswitchinterval(10)  # the drain thread waits for the GIL until the module has ended
+{imports}
+import time
+
+end = time.process_time() + 0.1
+while time.process_time() < end:
+    pass
+"""
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("imports", ["", "import multiprocessing"])
+def test_a_short_scripts_module_code_is_named_main(tmp_path, engine, imports):
+    # The native engine drained a short script's module code after runpy had taken the script
+    # out of sys.modules (as here, where the drain cannot run before; or by chance): it was
+    # named "short.py:<module>", or "__mp_main__:<module>" once multiprocessing was imported,
+    # where the python engine says __main__.
+    (tmp_path / "short.py").write_text(SHORT_MODULE.format(imports=imports))
+    result = sampler_command(["run", "--engine", engine, "-o", "out.folded", "short.py"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    stacks = parse_folded((tmp_path / "out.folded").read_text())
+    assert sum(stacks.values()) >= 5 and all(s.startswith("__main__:<module>") for s in stacks), (
+        stacks
+    )
