@@ -58,6 +58,8 @@ class Attacher:
     ) -> None:
         if (pid is None) == (match is None):
             raise ValueError("give exactly one of pid and match")
+        if rate < 1:
+            raise ValueError(f"rate must be 1 or more samples per second, got {rate}")
         self.match = match
         self.window = window
         self.rate = rate

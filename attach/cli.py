@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
+import re
 import shutil
 import signal
 import sys
@@ -32,14 +34,19 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--pid", type=int, help="process id to profile")
     target.add_argument(
         "--match",
+        type=_regex,
         help="regex on process command lines; the oldest match, re-resolved when it exits",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to serve on [127.0.0.1]")
     parser.add_argument(
         "--port", type=port, default=8050, help="port to serve on, 0 for any [8050]"
     )
-    parser.add_argument("--window", type=float, default=10.0, help="seconds per py-spy run [10]")
-    parser.add_argument("--rate", type=int, default=100, help="samples per second [100]")
+    parser.add_argument(
+        "--window", type=_positive_seconds, default=10.0, help="seconds per py-spy run [10]"
+    )
+    parser.add_argument(
+        "--rate", type=_positive_int, default=100, help="samples per second, 1 or more [100]"
+    )
     parser.add_argument("--idle", action="store_true", help="wall mode: include idle threads")
     parser.add_argument(
         "--nonblocking",
@@ -53,6 +60,34 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--py-spy", default=None, help="py-spy command (default: found on PATH)")
     parser.add_argument("--log-format", default="kv", choices=("kv", "json"))
     return parser
+
+
+def _regex(text: str) -> str:
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"not a regular expression: {exc}") from None
+    return text
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
 
 
 def _default_py_spy() -> str:

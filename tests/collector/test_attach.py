@@ -260,3 +260,26 @@ def test_the_agent_is_served_by_the_samplers_http_server():
             window.join(10)
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--rate", "0"], "argument --rate: must be 1 or more, got 0"),
+        (["--rate", "fast"], "argument --rate: expected a whole number, got 'fast'"),
+        (["--window", "nan"], "argument --window: must be a positive number of seconds"),
+        (["--match", "worker("], "argument --match: not a regular expression: missing )"),
+    ],
+)
+def test_a_rate_window_or_match_that_cannot_work_is_a_usage_error(args, said):
+    # --rate 0 was a ZeroDivisionError, a --match that is no regex an re.error, both tracebacks.
+    target = [] if args[0] == "--match" else ["--pid", str(os.getpid())]
+    result = subprocess.run(
+        [sys.executable, "-m", "attach", *target, "--port", "0", *args, "--py-spy", PY_SPY],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 2, result.stderr
+    assert said in result.stderr and "Traceback" not in result.stderr, result.stderr
