@@ -240,10 +240,18 @@ class Trace:
             metadata = self.metadata = _trace_write.metadata(
                 recorder, self._backend, self._notes, cpu, self._calibration
             )
-            lines, calls = _trace_write.trace_lines(recorder, self._main_file, self._process_name)
+            lost: list[str] = []
+            lines, calls = _trace_write.trace_lines(
+                recorder,
+                self._main_file,
+                self._process_name,
+                lost,
+                releases=isinstance(self._backend, ProfileBackend),
+            )
 
             def finished() -> dict[str, Any]:
                 metadata["calls"] = calls[0]
+                metadata["notes"] += lost
                 return metadata
 
             metadata["file_bytes"] = _trace_write.write_atomically(self.output, lines, finished)

@@ -60,7 +60,7 @@ class ProfileBackend:
         self.recorder = recorder
         self.notes: list[str] = []
         self._threading_previous: ProfileFunction | None = None
-        self._own: dict[int, tuple[ProfileFunction, ProfileFunction | None]] = {}
+        self._own: dict[int, tuple[ProfileFunction, ProfileFunction | None, Buffer]] = {}
         self._starter = 0
 
     def start(self, all_threads: bool = True) -> None:
@@ -95,8 +95,16 @@ class ProfileBackend:
         if threading.getprofile() == self._bootstrap:
             threading.setprofile(self._threading_previous)
         mine = self._own.get(threading.get_ident())
-        if mine is not None and sys.getprofile() is mine[0]:
+        if mine is None or mine[2].released:
+            return
+        if sys.getprofile() is mine[0]:
             sys.setprofile(mine[1])
+            mine[2].released = True
+        else:
+            # Taken away while recording: an exception raised inside it (CPython then removes
+            # a profile function: a RecursionError near the limit, a signal handler's
+            # exception, which runs inside it), or the program's own sys.setprofile.
+            mine[2].lost = True
 
     def _bootstrap(self, frame: Any, event: str, arg: Any) -> None:
         # A thread's first event: it gets a buffer and a closure of its own.
@@ -148,6 +156,7 @@ class ProfileBackend:
             if left:
                 profile(frame, event, arg)
             else:
+                buffer.released = True
                 setprofile(previous)
 
         def halt() -> None:
@@ -155,7 +164,7 @@ class ProfileBackend:
             left = 0
 
         recorder.halts.append(halt)
-        self._own[buffer.ident] = (profile, previous)
+        self._own[buffer.ident] = (profile, previous, buffer)
         return profile
 
 

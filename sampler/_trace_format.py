@@ -107,20 +107,28 @@ def thread_lines(
     pid: int,
     tid: int,
     fragment: Callable[[Any], str | None],
+    stopped_early: list[int] | None = None,
 ) -> Iterator[str]:
     """Yields one thread's "B" and "E" events, well nested, up to ``end_ns``.
 
     ``objs[i]`` is what the event at ``times[i]`` was: None for a return, anything else for a
     call, formatted by ``fragment`` (None: a hidden call, left out with all it called).
+
+    Given ``stopped_early`` (a thread whose recording may have stopped before the trace did),
+    when its events end before ``end_ns`` the calls still open end at its last event, not at
+    ``end_ns``, and the list gets that time and how many were open.
     """
     begin = f'{{"ph":"B","pid":{pid},"tid":{tid},"ts":'
     finish = f'{{"ph":"E","pid":{pid},"tid":{tid},"ts":'
     depth = 0
     hidden = 0  # the depth of the hidden call being skipped, 0 when none is
+    last = start_ns
     for i in range(min(len(times), len(objs))):
         t = times[i]
         if t > end_ns:
+            stopped_early = None  # recording went on to the end here
             break
+        last = t
         obj = objs[i]
         if obj is None:
             if not depth:
@@ -141,6 +149,9 @@ def thread_lines(
                 continue
             yield f"{begin}{(t - start_ns) / 1000:.3f},{text}}}"
     still_open = hidden - 1 if hidden else depth
+    if stopped_early is not None:
+        stopped_early += [last, still_open]
+        end_ns = last
     end = f"{finish}{(end_ns - start_ns) / 1000:.3f}}}"
     for _ in range(still_open):
         yield end

@@ -42,6 +42,8 @@ class Buffer:
         "name",
         "excluded",
         "naming_tries",
+        "released",
+        "lost",
     )
 
     def __init__(self, ident: int, native_id: int, name: str, excluded: bool) -> None:
@@ -55,6 +57,8 @@ class Buffer:
         self.name = name
         self.excluded = excluded
         self.naming_tries = 0
+        self.released = False  # the recording stopped here as it should (sys.setprofile)
+        self.lost = False  # this thread's profile function was taken away while recording
 
 
 class Recorder:

@@ -73,15 +73,25 @@ def metadata(
 
 
 def trace_lines(
-    recorder: Recorder, main_file: str | None, process_name: str
+    recorder: Recorder,
+    main_file: str | None,
+    process_name: str,
+    notes: list[str] | None = None,
+    releases: bool = False,
 ) -> tuple[Any, list[int]]:
-    """Returns the file's event lines, made as they are read, and the calls counted in them."""
+    """Returns the file's event lines, made as they are read, and the calls counted in them.
+
+    ``releases``: the backend marks each thread whose recording stopped as it should
+    (``sys.setprofile``'s); then a thread that has ended with calls open, or that is marked
+    lost, stopped recording early, and ``notes`` gets what was lost, from when.
+    """
     names = _trace_format.Names(
         module_map(main_file), sys.path, HIDDEN_FILES, module_by_code=modules_of_functions()
     )
     pid = os.getpid()
     buffers = [b for b in recorder.buffers if not b.excluded and b.times]
     live = {(t.ident, t.native_id): t.name for t in threading.enumerate()}
+    running = set(sys._current_frames())
     main = threading.main_thread().ident
     buffers.sort(key=lambda b: (b.ident != main, b.times[0]))
     threads = [
@@ -92,7 +102,11 @@ def trace_lines(
 
     def generate() -> Any:
         yield from _trace_format.metadata_lines(pid, process_name, threads)
-        for buffer in buffers:
+        for buffer, (_, thread_name) in zip(buffers, threads, strict=True):
+            suspect = buffer.lost or (
+                releases and not buffer.released and buffer.ident not in running
+            )
+            early: list[int] | None = [] if suspect else None
             for line in _trace_format.thread_lines(
                 buffer.times,
                 buffer.objs,
@@ -101,12 +115,27 @@ def trace_lines(
                 pid,
                 buffer.native_id,
                 names.fragment,
+                early,
             ):
                 if line[7] == "B":
                     calls[0] += 1
                 yield line
+            if early and notes is not None and (buffer.lost or early[1]):
+                notes.append(lost_note(thread_name, (early[0] - recorder.start_ns) / 1e9, early[1]))
 
     return generate(), calls
+
+
+def lost_note(thread: str, seconds: float, still_open: int) -> str:
+    """Says that a thread's recording stopped early, from when, and why it may have."""
+    return (
+        f"recording stopped early in thread {thread!r} at {seconds:.6f} s, its last event: "
+        "its profile function was taken away, by an exception raised inside it (CPython "
+        "then removes it: a RecursionError near the recursion limit, or an exception a signal "
+        "handler raised, as a SIGALRM timeout or Ctrl-C, which Python runs inside it) or by "
+        "the program's own sys.setprofile; nothing after that was recorded in that thread"
+        + (f", and its {still_open} call(s) open then end there" if still_open else "")
+    )
 
 
 def say(meta: dict[str, Any], output: str, report: TextIO | None) -> None:

@@ -300,9 +300,10 @@ def test_short_lived_threads_are_named(tmp_path, interpreter):
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    events, _ = read(tmp_path / "run.json")
+    events, meta = read(tmp_path / "run.json")
     names = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
     assert names == {"MainThread", *(f"tiny-{i}" for i in range(20))}
+    assert not meta["notes"]  # threads that ended were not taken as stopped early
 
 
 @pytest.mark.parametrize("interpreter", PYTHONS)
@@ -347,3 +348,64 @@ def test_code_made_by_exec_is_named_by_its_globals_as_the_sampler_names_it(tmp_p
     }
     assert expected <= names, sorted(names)
     assert not [n for n in names if n.startswith("<string>:") and ("made" in n or "__" in n)]
+
+
+@pytest.mark.parametrize("interpreter", PYTHONS)
+def test_an_exception_inside_the_recorder_is_told_with_what_was_lost(tmp_path, interpreter):
+    # Before 3.12 CPython removes a profile function that raises: at the recursion limit the
+    # call of the recorder itself raises, and a signal handler runs inside it. A thread and
+    # the main thread each lose their recording so; sys.monitoring (3.12+) keeps recording.
+    script = tmp_path / "prog.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import signal, threading
+            def deep(n): return deep(n + 1)
+            def recurse():
+                try: deep(0)
+                except RecursionError: pass
+            worker = threading.Thread(target=recurse, name="recurser"); worker.start(); worker.join()
+            class Timeout(Exception): pass
+            def handler(signum, frame): raise Timeout()
+            signal.signal(signal.SIGALRM, handler)
+            def spin():
+                while True: len("x")
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
+            try: spin()
+            except Timeout: pass
+            def after(): pass
+            for _ in range(10): after()
+            """
+        )
+    )
+    result = subprocess.run(
+        [
+            interpreter,
+            "-m",
+            "sampler",
+            "trace",
+            "--output",
+            str(tmp_path / "run.json"),
+            str(script),
+        ],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    events, meta = read(tmp_path / "run.json")
+    after = sum(1 for e in events if e.get("name") == "__main__:after")
+    if meta["backend"] == "sys.monitoring":
+        assert after == 10 and not meta["notes"]
+        return
+    assert after == 0
+    lost = [n for n in meta["notes"] if n.startswith("recording stopped early in thread")]
+    assert len(lost) == 2, meta["notes"]
+    assert "'recurser'" in lost[1] and "RecursionError" in lost[1]
+    assert "'MainThread'" in lost[0] and "signal handler" in lost[0]
+    assert result.stderr.count("recording stopped early") == 2
+    # The calls open when recording stopped end at its last event, not at the end of the trace.
+    when = float(lost[0].split(" at ")[1].split(" s,")[0]) * 1e6
+    main = next(e["tid"] for e in events if e.get("args", {}).get("name") == "MainThread")
+    assert max(e["ts"] for e in events if e["tid"] == main and "ts" in e) <= when + 1  # us
