@@ -74,6 +74,7 @@ class Attacher:
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}
         self._main_files: frozenset[str] = frozenset()  # py-spy's names of __main__'s file
+        self._told: set[int] = set()  # processes --match skipped, not Python, and said so
         self._stop = threading.Event()
         self._child: subprocess.Popen[bytes] | None = None
         self.error: AttachError | None = None
@@ -113,7 +114,7 @@ class Attacher:
     def _resolve(self) -> bool:
         if self.match is None:
             return self.pid > 0
-        pid = find_process(self.match)
+        pid = find_process(self.match, told=self._told)
         if pid is None:
             return False
         if pid != self.pid:

@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument(
         "--match",
         type=_regex,
-        help="regex on process command lines; the oldest match, re-resolved when it exits",
+        help="regex on process command lines; the oldest Python process that matches (others "
+        "are skipped, and logged), re-resolved when it exits",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to serve on [127.0.0.1]")
     parser.add_argument(

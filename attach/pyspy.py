@@ -21,6 +21,7 @@ __all__ = [
     "convert_frame",
     "convert_raw",
     "find_process",
+    "is_python",
     "main_files_of",
     "permission_help",
     "process_start_time",
@@ -176,11 +177,16 @@ def permission_help(pid: int, stderr: str = "") -> str:
     )
 
 
-def find_process(pattern: str, *, exclude: Iterable[int] = ()) -> int | None:
-    """Returns the oldest process whose command line matches ``pattern`` (a regex), if any."""
+def find_process(
+    pattern: str, *, exclude: Iterable[int] = (), told: set[int] | None = None
+) -> int | None:
+    """Returns the oldest Python process whose command line matches ``pattern`` (a regex), if
+    any. Matches that are not Python (a shell wrapper, an editor, ``tail`` of its log) are
+    skipped and logged; with ``told``, each once: it keeps the pids said already."""
     regex = re.compile(pattern)
     skip = {os.getpid(), os.getppid(), *exclude}
     found: list[tuple[int, int]] = []
+    others: list[tuple[int, str]] = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) in skip:
             continue
@@ -192,17 +198,49 @@ def find_process(pattern: str, *, exclude: Iterable[int] = ()) -> int | None:
         cmdline = raw.replace(b"\x00", b" ").decode("utf-8", "replace").strip()
         if not cmdline or "py-spy" in cmdline or not regex.search(cmdline):
             continue
+        if is_python(int(entry.name)) is False:
+            others.append((int(entry.name), cmdline))
+            continue
         start_ticks = int(stat.rsplit(")", 1)[1].split()[19])
         found.append((start_ticks, int(entry.name)))
+    new = [(pid, cmdline) for pid, cmdline in others if told is None or pid not in told]
+    if new:
+        log_event(
+            log,
+            logging.WARNING,
+            "skipping matching processes that are not Python",
+            pattern=pattern,
+            pids=",".join(str(pid) for pid, _ in new),
+            commands=" | ".join(cmdline[:80] for _, cmdline in new),
+        )
+        if told is not None:
+            told.update(pid for pid, _ in new)
     if len(found) > 1:
         log_event(
             log,
             logging.WARNING,
-            "several processes match; attaching to the oldest",
+            "several Python processes match; attaching to the oldest",
             pattern=pattern,
             pids=",".join(str(pid) for _, pid in sorted(found)),
         )
     return min(found)[1] if found else None
+
+
+def is_python(pid: int) -> bool | None:
+    """Whether process ``pid`` runs a Python interpreter: its executable's name says python
+    (``python3.11``, a venv's python resolved) or it maps a libpython (uwsgi, embedders);
+    None when it cannot tell (a process of another user, without the rights to read it)."""
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+    if "python" in os.path.basename(exe).lower():
+        return True
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as maps:
+            return any(b"libpython" in line for line in maps)
+    except OSError:
+        return None
 
 
 def process_start_time(pid: int) -> float:

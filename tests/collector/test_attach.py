@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 
 import pytest
@@ -14,7 +17,7 @@ import requests
 from pollhelpers import ROOT, collector_settings, stored, wait_until
 
 from attach import Attacher, convert_raw, find_process, permission_help, serve
-from attach.pyspy import main_files_of
+from attach.pyspy import is_python, main_files_of
 from collector.service import Collector
 from sampler.profile import parse_folded, validate_document
 
@@ -283,3 +286,55 @@ def test_a_rate_window_or_match_that_cannot_work_is_a_usage_error(args, said):
     )
     assert result.returncode == 2, result.stderr
     assert said in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+@pytest.fixture
+def wrapped_worker():
+    """A shell wrapper whose command line names the worker (older), and the Python worker."""
+    marker = f"worker-{uuid.uuid4().hex}.py"
+    wrapper = subprocess.Popen(["bash", "-c", "sleep 60; true", marker], start_new_session=True)
+    time.sleep(0.1)  # started a clock tick later: the wrapper is the oldest match
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker])
+    yield marker, wrapper.pid, worker.pid
+    os.killpg(wrapper.pid, signal.SIGKILL)  # its sleep too
+    worker.kill()
+    for process in (wrapper, worker):
+        process.wait(10)
+
+
+def test_match_skips_processes_that_are_not_python_and_says_so(wrapped_worker, caplog):
+    marker, wrapper, worker = wrapped_worker
+    told: set[int] = set()
+    with caplog.at_level("WARNING", logger="attach"):
+        assert find_process(re.escape(marker), told=told) == worker
+        assert find_process(re.escape(marker), told=told) == worker
+    skipped = [r for r in caplog.records if "not Python" in r.getMessage()]
+    assert len(skipped) == 1 and skipped[0].fields["pids"] == str(wrapper)  # said once
+    assert is_python(worker) and is_python(wrapper) is False
+
+
+def test_attach_by_match_profiles_the_python_process_not_its_wrapper(wrapped_worker):
+    # The oldest match, the wrapper, was taken: py-spy failed on it and attach exited 1.
+    marker, _, worker = wrapped_worker
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "attach", "--match", re.escape(marker), "--port", "0"]
+        + ["--window", "1", "--py-spy", PY_SPY],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        url = f"http://127.0.0.1:{agent.stdout.readline().strip()}/info"
+
+        def one_window():
+            assert agent.poll() is None, "attach exited"
+            info = requests.get(url, timeout=10).json()
+            return info if info["windows"] >= 1 else None
+
+        info = wait_until(one_window, timeout=30, what="a py-spy window")
+        assert info["instance"]["pid"] == worker
+    finally:
+        agent.terminate()
+        _, stderr = agent.communicate(timeout=30)
+    assert agent.returncode == 0, stderr
