@@ -19,7 +19,8 @@ from test_trace import PYTHONS
 pytestmark = pytest.mark.parallel  # none of these measures time
 
 # Calls a function in a loop until the trace's temporary file appears beside OUT, that is until
-# the file is being written (by the --seconds timer thread), then returns at once.
+# the file is being written (by the --seconds timer thread), then returns at once (or once it
+# is written, should the write be missed).
 UNTIL_WRITING = """
 import glob, os, sys
 def f(): pass
@@ -27,7 +28,7 @@ def until_writing(out):
     folder = os.path.dirname(out)
     while True:
         for _ in range(1000): f()
-        if glob.glob(os.path.join(folder, ".fleetflame-trace-*")):
+        if glob.glob(os.path.join(folder, ".fleetflame-trace-*")) or os.path.exists(out):
             return
 """
 
@@ -71,7 +72,7 @@ def test_a_program_exiting_while_seconds_writes_the_file_waits_for_it(tmp_path):
     out = tmp_path / "run.json"
     script = tmp_path / "prog.py"
     script.write_text(UNTIL_WRITING + "until_writing(sys.argv[1])\nprint('exits')\n")
-    result = trace(tmp_path, "--seconds", "0.2", str(script), str(out))
+    result = trace(tmp_path, "--seconds", "0.1", str(script), str(out))
     assert result.returncode == 0, result.stderr
     assert result.stdout == "exits\n"
     assert result.stderr.count("written to") == 1
@@ -87,7 +88,7 @@ def test_a_block_ending_while_seconds_writes_the_file_waits_and_the_next_trace_s
         + """
         import sampler
         first, second = sys.argv[1], sys.argv[2]
-        with sampler.trace(first, seconds=0.2) as t:
+        with sampler.trace(first, seconds=0.1) as t:
             until_writing(first)
         print(os.path.exists(first), t.metadata["stopped_by"], "write_seconds" in t.metadata)
         with sampler.trace(second) as t:  # the first stopped: one trace at a time allows it
