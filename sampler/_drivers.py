@@ -33,6 +33,41 @@ class DriverError(RuntimeError):
     """The requested driver cannot run in this process."""
 
 
+# The signal driver whose handler is installed, if any: its timer is quieted before the
+# program execs (quiet_for_exec).
+_installed: SignalDriver | None = None
+
+
+def quiet_for_exec() -> Callable[[], None] | None:
+    """Stops the signal driver's timer and takes off a tick already pending, so that the
+    program exec'd meets neither (a setitimer timer and a pending signal survive execve, and
+    SIGPROF's default action kills); gives what starts ticking again if the exec fails, or
+    None if no timer of ours was set. Any thread; takes no lock (it may run in a fork child
+    or a signal handler while another thread is in start() or stop())."""
+    driver = _installed
+    if driver is None or signal.getsignal(driver._signum) != driver._on_signal:
+        return None
+    was_active, driver._active = driver._active, False  # a handler running now re-arms nothing
+    signal.setitimer(driver._timer, 0, 0)
+    _take_pending(driver._signum)
+
+    def resume() -> None:
+        driver._active = was_active
+        driver.arm(driver.interval)
+
+    return resume
+
+
+def _take_pending(signum: int) -> None:
+    """Takes a ``signum`` already pending off (this thread's and the process's)."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signum})
+    try:
+        while signal.sigtimedwait({signum}, 0) is not None:
+            pass
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
 def _jittered(interval: float) -> float:
     # +-50 % so ticks do not fall in lock step with periodic work in the host.
     import random  # here, not at import: it costs ~2 ms
@@ -62,8 +97,10 @@ class SignalDriver:
             raise DriverError(
                 f"{signal.Signals(self._signum).name} already has a handler: {current!r}"
             )
+        global _installed
         self._previous = current
         self._active = True
+        _installed = self
         signal.signal(self._signum, self._on_signal)
         # SA_RESTART: system calls interrupted by the tick are restarted, not failed with EINTR.
         signal.siginterrupt(self._signum, False)
@@ -98,16 +135,18 @@ class SignalDriver:
             if signal.getsignal(self._signum) == self._on_signal:
                 # A tick generated before the timer stopped may still be pending: under the
                 # default action it would kill the process. Take it off first.
-                signal.pthread_sigmask(signal.SIG_BLOCK, {self._signum})
+                blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {self._signum})
                 try:
-                    while signal.sigtimedwait({self._signum}, 0) is not None:
-                        pass
+                    _take_pending(self._signum)
                     signal.signal(
                         self._signum,
                         self._previous if self._previous is not None else signal.SIG_DFL,
                     )
                 finally:
-                    signal.pthread_sigmask(signal.SIG_UNBLOCK, {self._signum})
+                    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            global _installed
+            if _installed is self:
+                _installed = None
         else:
             # Not allowed here; an armed-off timer makes the remaining handler harmless.
             log.debug(

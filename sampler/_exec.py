@@ -2,17 +2,20 @@
 
 An interval timer set with ``setitimer`` (the python engine's signal driver) survives
 ``execve``, and so does a signal pending at that moment; the program exec'd has the default
-action for SIGPROF, which kills it ("Profiling timer expired"). So while a sampler runs,
-``os.execv`` and ``os.execve`` (which every ``os.exec*`` calls) stop it first, and start it
-again, as it was asked, if the exec fails. A child that ``subprocess`` forks to exec (with a
-``preexec_fn``, the only kind that runs Python's fork hooks) is not sampled at all: see
-``forked_to_exec``.
+action for SIGPROF, which kills it ("Profiling timer expired"). So ``os.execv`` and
+``os.execve`` (which every ``os.exec*`` calls) first stop that timer and take off a tick
+already pending, and set the timer again if the exec fails: the sampler itself goes on, its
+counts and endpoint as they were. (The native engine's timers, made with ``timer_create``,
+end at an exec.) A child that ``subprocess`` forks to exec (with a ``preexec_fn``, the only
+kind that runs Python's fork hooks) is not sampled at all: see ``forked_to_exec``.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+
+from ._drivers import quiet_for_exec
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
 if TYPE_CHECKING:
@@ -22,34 +25,31 @@ if TYPE_CHECKING:
 _installed = False
 
 
-def install(stop: Callable[[], dict[str, Any] | None], start: Callable[..., Any]) -> None:
-    """Wraps ``os.execv`` and ``os.execve``, once: ``stop()`` stops the running sampler and
-    gives what it was started with (None if none runs); ``start(**those)`` starts it again."""
+def install() -> None:
+    """Wraps ``os.execv`` and ``os.execve``, once."""
     global _installed
     if _installed:
         return
     _installed = True
     for name in ("execv", "execve"):
-        setattr(os, name, _stopping_first(getattr(os, name), stop, start))
+        setattr(os, name, _quiet_first(getattr(os, name)))
 
 
-def _stopping_first(
-    exec_: Callable[..., Any], stop: Callable[[], dict[str, Any] | None], start: Callable[..., Any]
-) -> Callable[..., Any]:
-    def exec_after_stop(*args: Any, **kwargs: Any) -> Any:
-        started_with = stop()
+def _quiet_first(exec_: Callable[..., Any]) -> Callable[..., Any]:
+    def exec_quietly(*args: Any, **kwargs: Any) -> Any:
+        resume = quiet_for_exec()
         try:
             return exec_(*args, **kwargs)
         except BaseException:
-            if started_with is not None:
-                start(**started_with)
+            if resume is not None:
+                resume()
             raise
 
-    exec_after_stop.__name__ = exec_.__name__
-    exec_after_stop.__qualname__ = exec_.__qualname__
-    exec_after_stop.__doc__ = exec_.__doc__
-    exec_after_stop.__wrapped__ = exec_  # type: ignore[attr-defined]
-    return exec_after_stop
+    exec_quietly.__name__ = exec_.__name__
+    exec_quietly.__qualname__ = exec_.__qualname__
+    exec_quietly.__doc__ = exec_.__doc__
+    exec_quietly.__wrapped__ = exec_  # type: ignore[attr-defined]
+    return exec_quietly
 
 
 def forked_to_exec() -> bool:

@@ -3,7 +3,7 @@
 At most one sampler runs per process. It survives ``fork()``: the child starts over with fresh
 counts, a new instance id, its own timer and its own endpoint (gunicorn's ``preload_app``);
 with ``follow_fork`` off it stops in the child, as in a child ``subprocess`` forks to exec.
-It stops before the program execs (sampler/_exec.py).
+Its timer stops before the program execs (sampler/_exec.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 _running: Sampler | None = None
-_started_with: dict[str, Any] = {}  # the running sampler's overrides, to start it again
 # Taken by start() and stop(), and around every fork (a child must not inherit it held by a
 # thread it does not have: its exit's stop() waited forever); reentrant, for a fork inside.
 _start_lock = threading.RLock()
@@ -43,14 +42,12 @@ def start(**overrides: Any) -> Sampler:
                 f"binding the sampler endpoint to {host!r} exposes stack traces: set a token "
                 "(token=... or FLEETFLAME_TOKEN) or bind to 127.0.0.1"
             )
+        _exec.install()  # first: a program may exec while its timer is being set
         sampler = Sampler(settings)
         sampler.start()
         _running = sampler
-        _started_with.clear()
-        _started_with.update(overrides)
         if not _exit_hook_installed:
             atexit.register(stop)
-            _exec.install(_stop_for_exec, start)
             _exit_hook_installed = True
         return sampler
 
@@ -77,17 +74,6 @@ def stop() -> None:
         sampler, _running = _running, None
         if sampler is not None:
             sampler.stop()
-
-
-def _stop_for_exec() -> dict[str, Any] | None:
-    """Stops the running sampler before the program execs; gives what it was started with
-    (None if none runs), to start it again if the exec fails."""
-    with _start_lock:
-        if _running is None:
-            return None
-        started_with = dict(_started_with)
-        stop()
-        return started_with
 
 
 def running() -> Sampler | None:
