@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -120,7 +121,9 @@ class Recorder:
             self.dropped += 1
             return
         pending.append(request)
-        if not self._awake:
+        # Not while the interpreter finalizes (a request ended by its coroutine's finalizer):
+        # a thread started then is never run, and its start() waits for it for ever.
+        if not self._awake and not sys.is_finalizing():
             self._wake()
 
     def _wake(self) -> None:

@@ -33,7 +33,8 @@ static int name_request(PyObject *scope, PyObject *route)
 
 /* The first step, the Python path's wrapper's body up to its ``await``: the request named,
  * the handler called, and its coroutine's frame labelled with the route (a handler that
- * gives another awaitable has no frame of its own to label: its samples go unlabelled). */
+ * gives another awaitable has no frame of its own to label: its samples go unlabelled, the
+ * route in the labels in force all the same). */
 static int route_start(Awaiting *self)
 {
     PyObject *recorder = asgi_recorder(), *template = self->route;
@@ -47,22 +48,29 @@ static int route_start(Awaiting *self)
     }
     PyObject *call[3] = {self->scope, self->receive, self->send};
     PyObject *awaitable = PyObject_Vectorcall(self->callee, call, 3, NULL);
-    if (awaitable != NULL && PyCoro_CheckExact(awaitable)) {
-        self->frame = PyObject_GetAttr(awaitable, str_cr_frame);
-    }
-    self->inner = awaitable != NULL && !PyErr_Occurred() ? awaited_iterator(awaitable) : NULL;
-    Py_XDECREF(awaitable);
-    if (self->inner == NULL) {
+    if (awaitable == NULL) {
         return -1;
     }
-    if (self->frame == NULL || self->frame == Py_None) {
-        return 0;
+    if (PyCoro_CheckExact(awaitable)) {
+        self->frame = PyObject_GetAttr(awaitable, str_cr_frame);
+        if (self->frame == Py_None) {
+            Py_CLEAR(self->frame);
+        }
     }
-    PyObject *set = tag_ready(&self->tag, self->frame) < 0 ? NULL
-                                                            : tag_route(&self->tag, self->route);
+    /* With no coroutine frame to label, the tag is keyed on this object, which no sample
+     * holds: the route is in the labels in force (current_labels(), tasks started inside),
+     * its samples unlabelled. Opened before the awaitable's __await__ runs, as the Python
+     * path's tag is. */
+    const void *key = self->frame != NULL ? (const void *)self->frame : (const void *)self;
+    PyObject *set = NULL;
+    if (!PyErr_Occurred() && tag_ready(&self->tag, key) == 0) {
+        set = tag_route(&self->tag, self->route);
+    }
     Py_XDECREF(set);
-    if (set == NULL) {
-        awaiting_finish(self, 1);
+    self->inner = set != NULL ? awaited_iterator(awaitable) : NULL;
+    Py_DECREF(awaitable);
+    if (self->inner == NULL) {
+        awaiting_finish(self, 1); /* closes the tag, if it opened */
         return -1;
     }
     return 0;

@@ -527,3 +527,96 @@ def test_a_routes_samples_carry_its_label_on_each_path(engine, path):
     assert set(found[":report;"]) == {(("route", "/reports/{day}"),)}, found
     assert set(found[":export;"]) == {(("phase", "write"), ("route", "/export"))}, found
     assert sum(found[":report;"].values()) >= 20 and sum(found[":export;"].values()) >= 20
+
+
+@pytest.mark.parametrize("asgi_middleware", [MIDDLEWARES["python"], MIDDLEWARES.get("c")])
+def test_a_route_whose_handler_gives_another_awaitable_is_named_and_labelled(asgi_middleware):
+    # The C path labels a handler coroutine's frame; a handler that gives another awaitable
+    # has none, and its route must still be in the labels in force (it was not).
+    import httpx
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    if asgi_middleware is None:
+        pytest.skip("the native extension is not built")
+    seen = []
+
+    class NotACoroutine:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __await__(self):
+            seen.append(sampler.current_labels().get("route"))
+            return self.inner.__await__()
+
+    class WrappedRoute(Route):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            handle = self.handle
+            self.handle = lambda scope, receive, send: NotACoroutine(handle(scope, receive, send))
+
+    async def item(request):
+        seen.append(sampler.current_labels().get("route"))
+        return PlainTextResponse("ok")
+
+    app = Starlette(routes=[WrappedRoute("/items/{n}", item)])
+    app.add_middleware(asgi_middleware)
+
+    async def main():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            return await client.get("/items/1")
+
+    assert asyncio.run(main()).status_code == 200
+    assert seen == ["/items/{n}", "/items/{n}"]
+    assert records(1)["/items/{n}"]["slowest"][0]["status"] == 200
+
+
+@pytest.mark.parametrize("path", ["python", "c"])
+def test_requests_ended_by_the_interpreters_exit_let_it_exit(path):
+    # Requests suspended mid-way when the program ends: their finalizers end them during the
+    # interpreter's teardown, where starting the recorder's thread waited for ever (a hang).
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if path == "c" and native_route_tags() is None:
+        pytest.skip("the native extension is not built")
+    code = (
+        "import sys\n"
+        "import sampler.middleware\n"
+        "from sampler.middleware._asgi import PythonASGIMiddleware\n"
+        "from starlette.applications import Starlette\n"
+        "from starlette.responses import PlainTextResponse\n"
+        "from starlette.routing import Route\n"
+        "class Suspend:\n"
+        "    def __await__(self):\n"
+        "        yield None\n"
+        "async def slow(request):\n"
+        "    await Suspend()\n"
+        "    return PlainTextResponse('late')\n"
+        "middleware = {'c': sampler.middleware.ASGIMiddleware, 'python': PythonASGIMiddleware}\n"
+        "app = middleware[sys.argv[1]](Starlette(routes=[Route('/slow', slow)]))\n"
+        "async def receive():\n"
+        "    return {'type': 'http.request', 'body': b''}\n"
+        "async def send(message):\n"
+        "    pass\n"
+        "scope = {'type': 'http', 'path': '/slow', 'headers': [], 'method': 'GET',\n"
+        "         'query_string': b'', 'root_path': ''}\n"
+        "held = []\n"
+        "for _ in range(20):\n"
+        "    request = app(dict(scope), receive, send)\n"
+        "    request.send(None)\n"
+        "    held.append(request)\n"
+        "cycle = {'held': held}\n"
+        "cycle['self'] = cycle\n"
+        "print('exiting')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETFLAME_")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        [sys.executable, "-c", code, path], capture_output=True, text=True, timeout=30, env=env
+    )
+    assert (done.returncode, done.stdout) == (0, "exiting\n"), done.stderr
