@@ -3,7 +3,7 @@
 The signal driver costs nothing while the process is idle (``ITIMER_PROF`` only runs on CPU
 time), but Python runs signal handlers in the main thread only: while the main thread waits
 in ``join()`` or ``select()`` and other threads work, no handler runs. The auto driver watches
-for that twice a second and moves to the thread driver.
+for that twice a second (ten times in its first second) and moves to the thread driver.
 """
 
 from __future__ import annotations
@@ -194,14 +194,20 @@ class ThreadDriver:
 class AutoDriver:
     """The signal driver, falling back to the thread driver where signals cannot be used.
 
-    With ``watch=True`` a 2 Hz thread also moves to the thread driver when the main thread
-    does not run the signal handler (it waits in join() or select() while other threads work).
+    With ``watch=True`` a 2 Hz thread (10 Hz in its first second) also moves to the thread
+    driver when the main thread does not run the signal handler (it waits in join() or
+    select() while other threads work).
     """
 
     # Switch when fewer than this share of the expected ticks ran, two checks in a row.
     STARVED_SHARE = 0.25
 
     CHECK_SECONDS = 0.5
+    # For its first second, checks come five times as often, and one tick in ten due or fewer
+    # switches at once: a program whose main thread waits from the start (joins its workers,
+    # as under `python -m sampler run`) lost its first second's samples.
+    FIRST_SECONDS = 1.0
+    FIRST_CHECK_SECONDS = 0.1
 
     # ... or when more than this share of the samples arrived late, two checks in a row.
     LATE_SHARE = 0.5
@@ -265,7 +271,10 @@ class AutoDriver:
         clock = time.process_time if self._mode == "cpu" else time.monotonic
         start_clock, start_runs = clock(), self._signal.handler_runs
         start_late, start_total = self._lateness() if self._lateness else (0.0, 0.0)
-        while not self._stop.wait(self.CHECK_SECONDS):
+        first_until = time.monotonic() + self.FIRST_SECONDS
+        while not self._stop.wait(
+            self.FIRST_CHECK_SECONDS if time.monotonic() < first_until else self.CHECK_SECONDS
+        ):
             # Evidence is pooled over checks until ~10 ticks were due, so a lightly loaded
             # process is judged too, just more slowly.
             expected = (clock() - start_clock) / self.interval
@@ -276,6 +285,8 @@ class AutoDriver:
             late_share = (late - start_late) / max(total - start_total, 1.0)
             starved = ran < self.STARVED_SHARE * expected or late_share > self.LATE_SHARE
             strikes = strikes + 1 if starved else 0
+            if ran <= 0.1 * expected and time.monotonic() < first_until:
+                strikes = 2  # one in ten or fewer ran, early: most will not
             start_clock, start_runs = clock(), self._signal.handler_runs
             start_late, start_total = late, total
             if strikes >= 2:
