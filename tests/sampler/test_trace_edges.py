@@ -47,10 +47,10 @@ def python(tmp_path, source, *args, timeout=60, interpreter=sys.executable):
     )
 
 
-def trace(tmp_path, *args, output="run.json", timeout=60):
+def trace(tmp_path, *args, output="run.json", timeout=60, interpreter=sys.executable):
     """Runs ``python -m sampler trace --output OUT args`` in ``tmp_path``."""
     return subprocess.run(
-        [sys.executable, "-m", "sampler", "trace", "--output", str(tmp_path / output), *args],
+        [interpreter, "-m", "sampler", "trace", "--output", str(tmp_path / output), *args],
         env=env(),
         capture_output=True,
         text=True,
@@ -254,21 +254,7 @@ def test_a_traced_program_can_enable_cprofile_and_coverage_on_3_12(tmp_path, int
             """
         )
     )
-    result = subprocess.run(
-        [
-            interpreter,
-            "-m",
-            "sampler",
-            "trace",
-            "--output",
-            str(tmp_path / "run.json"),
-            str(script),
-        ],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = trace(tmp_path, str(script), interpreter=interpreter)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "1\n"
     events, meta = read(tmp_path / "run.json")
@@ -285,21 +271,7 @@ def test_short_lived_threads_are_named(tmp_path, interpreter):
         "for i in range(20):\n"
         "    t = threading.Thread(target=tiny, args=(i,), name=f'tiny-{i}'); t.start(); t.join()\n"
     )
-    result = subprocess.run(
-        [
-            interpreter,
-            "-m",
-            "sampler",
-            "trace",
-            "--output",
-            str(tmp_path / "run.json"),
-            str(script),
-        ],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = trace(tmp_path, str(script), interpreter=interpreter)
     assert result.returncode == 0, result.stderr
     events, meta = read(tmp_path / "run.json")
     names = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
@@ -324,21 +296,7 @@ def test_code_made_by_exec_is_named_by_its_globals_as_the_sampler_names_it(tmp_p
             """
         )
     )
-    result = subprocess.run(
-        [
-            interpreter,
-            "-m",
-            "sampler",
-            "trace",
-            "--output",
-            str(tmp_path / "run.json"),
-            str(script),
-        ],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = trace(tmp_path, str(script), interpreter=interpreter)
     assert result.returncode == 0, result.stderr
     names = called(read(tmp_path / "run.json")[0])
     expected = {
@@ -379,21 +337,7 @@ def test_an_exception_inside_the_recorder_is_told_with_what_was_lost(tmp_path, i
             """
         )
     )
-    result = subprocess.run(
-        [
-            interpreter,
-            "-m",
-            "sampler",
-            "trace",
-            "--output",
-            str(tmp_path / "run.json"),
-            str(script),
-        ],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = trace(tmp_path, str(script), interpreter=interpreter)
     assert result.returncode == 0, result.stderr
     events, meta = read(tmp_path / "run.json")
     after = sum(1 for e in events if e.get("name") == "__main__:after")
