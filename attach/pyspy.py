@@ -4,6 +4,7 @@ which permission it lacks when it cannot attach, and finding the process to read
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -228,8 +229,9 @@ def find_process(
 
 def is_python(pid: int) -> bool | None:
     """Whether process ``pid`` runs a Python interpreter: its executable's name says python
-    (``python3.11``, a venv's python resolved) or it maps a libpython (uwsgi, embedders);
-    None when it cannot tell (a process of another user, without the rights to read it)."""
+    (``python3.11``, a venv's python resolved), it maps a libpython (uwsgi, embedders), or
+    its executable holds the interpreter itself (Debian's static python3 copied under another
+    name, PyOxidizer-style apps); None when it cannot tell (a process of another user)."""
     try:
         exe = os.readlink(f"/proc/{pid}/exe")
     except OSError:
@@ -238,9 +240,33 @@ def is_python(pid: int) -> bool | None:
         return True
     try:
         with open(f"/proc/{pid}/maps", "rb") as maps:
-            return any(b"libpython" in line for line in maps)
+            if any(b"libpython" in line for line in maps):
+                return True
+        status = os.stat(f"/proc/{pid}/exe")
     except OSError:
         return None
+    return _holds_interpreter(f"/proc/{pid}/exe", status.st_dev, status.st_ino, status.st_mtime)
+
+
+# The name of the interpreter's runtime state, in the symbols of any executable that has it.
+_RUNTIME_SYMBOL = b"_PyRuntime"
+
+
+@functools.lru_cache(maxsize=256)
+def _holds_interpreter(path: str, device: int, inode: int, mtime: float) -> bool | None:
+    """Whether the executable (one file, by device, inode and time) holds the interpreter;
+    read once a file, in pieces."""
+    chunk, tail = 1 << 20, len(_RUNTIME_SYMBOL) - 1
+    try:
+        with open(path, "rb") as exe:
+            carried = b""
+            while piece := exe.read(chunk):
+                if _RUNTIME_SYMBOL in carried + piece:
+                    return True
+                carried = piece[-tail:]
+    except OSError:
+        return None
+    return False
 
 
 def process_start_time(pid: int) -> float:

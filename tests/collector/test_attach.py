@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import requests
@@ -338,3 +339,27 @@ def test_attach_by_match_profiles_the_python_process_not_its_wrapper(wrapped_wor
         agent.terminate()
         _, stderr = agent.communicate(timeout=30)
     assert agent.returncode == 0, stderr
+
+
+def test_an_interpreter_built_into_an_executable_of_another_name_is_python(tmp_path):
+    # Debian's python3.11 is one static executable: copied under another name (as apps that
+    # carry their interpreter are), it maps no libpython, and --match skipped it for ever.
+    static = Path("/usr/bin/python3.11")
+    if not static.exists():
+        pytest.skip("no static interpreter here to copy")
+    app = tmp_path / "appserver"
+    shutil.copy(static, app)
+    process = subprocess.Popen([str(app), "-c", "import time; time.sleep(30)"])
+    try:
+        wait_until(lambda: os.readlink(f"/proc/{process.pid}/exe") == str(app), what="exec")
+        assert is_python(process.pid) is True
+        sleeper = subprocess.Popen(["sleep", "30"])
+        try:
+            wait_until(lambda: "sleep" in os.readlink(f"/proc/{sleeper.pid}/exe"), what="exec")
+            assert is_python(sleeper.pid) is False
+        finally:
+            sleeper.kill()
+            sleeper.wait()
+    finally:
+        process.kill()
+        process.wait()
