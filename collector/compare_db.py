@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from collector.query import Filters, Query
 from collector.store import Store, StoreError
 from collector.store.engines.sqlite import sqlite_path
-from sampler.profile import WindowError, align_up, parse_window, split_frames
+from sampler.profile import WindowError, align_up, parse_label, parse_window, split_frames
 
 __all__ = ["Side", "frames_of", "read_sides", "replicates_in"]
 
@@ -92,12 +92,16 @@ def _missing_sqlite_file(url: str) -> str | None:
 
 
 def _label(text: str | None, side: str) -> tuple[str, str] | None:
+    """A side's label, read exactly as the web UI's ``label`` parameter is (parse_label)."""
     if text is None:
         return None
-    key, sep, value = text.partition(":")
-    if not sep or not key.strip() or not value.strip():
-        raise SideError(f"side {side.upper()}: --{side}-label wants key:value, got {text!r}")
-    return key.strip(), value.strip()
+    label = parse_label(text)
+    if label is None or not label[0]:
+        raise SideError(
+            f"side {side.upper()}: --{side}-label wants key:value (a key holding ':' as a "
+            f'JSON string, "k:1":value), got {text!r}'
+        )
+    return label
 
 
 def replicates_in(

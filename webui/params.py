@@ -6,12 +6,11 @@ Flask's ``request.args``) and the current time.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from sampler.profile import LIMITS, MODES, WindowError, parse_window
+from sampler.profile import LIMITS, MODES, WindowError, label_param, parse_label, parse_window
 
 __all__ = [
     "MODES",
@@ -29,7 +28,6 @@ __all__ = [
 N = TypeVar("N", int, float)
 # Parameters that filter on a column rather than a label.
 _COLUMNS = {"service": "services", "host": "hosts", "instance": "instances"}
-_KEY_DECODER = json.JSONDecoder()
 
 
 class Args(Protocol):
@@ -88,29 +86,6 @@ def _check(param: str, text: str, what: str, longest: int) -> None:
         )
     if "\x00" in text:
         raise ParamError(param, f"{what} holds a NUL character, which no stored name holds")
-
-
-def parse_label(item: str) -> tuple[str, str] | None:
-    """Reads ``key:value``, split at the first ``:``, or ``"key":value`` with the key a JSON
-    string (for a key holding ``:``, as label_param writes it); None when it is neither."""
-    if item.startswith('"'):
-        try:
-            key, end = _KEY_DECODER.raw_decode(item)
-        except ValueError:
-            key, end = None, 0
-        if isinstance(key, str) and item[end : end + 1] == ":":
-            return key, item[end + 1 :]
-    key, sep, value = item.partition(":")
-    return (key, value) if sep else None
-
-
-def label_param(key: str, value: str) -> str:
-    """A label filter as the ``label`` parameter takes it: ``key:value``, the key written as a
-    JSON string where it holds ``:`` or starts with ``"`` (the twin of labelParam in
-    static/js/state.js)."""
-    if ":" in key or key.startswith('"'):
-        key = json.dumps(key, ensure_ascii=False)
-    return f"{key}:{value}"
 
 
 def _text(args: Args, name: str, default: str) -> str:

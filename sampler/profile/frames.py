@@ -24,7 +24,9 @@ __all__ = [
     "encodable_text",
     "escape_frame",
     "join_frames",
+    "label_param",
     "label_text",
+    "parse_label",
     "shown_frame",
     "split_frames",
     "split_line_number",
@@ -158,3 +160,32 @@ def stack_problem(stack: object, max_length: int = 65_536) -> str | None:
     if stack[0] == SEPARATOR or stack[-1] == SEPARATOR or SEPARATOR * 2 in stack:
         return f"the stack {stack[:60]!r} has an empty frame"
     return None
+
+
+def parse_label(item: str) -> tuple[str, str] | None:
+    """A label filter as people and URLs write it: ``key:value``, split at the first ``:``, or
+    ``"key":value`` with the key a JSON string (a key holding ``:``, as label_param writes
+    it); None when it is neither. The web UI's ``label`` parameter and the command lines' read
+    it alike."""
+    if item.startswith('"'):
+        import json  # here: the sampler imports this module at start-up
+
+        try:
+            key, end = json.JSONDecoder().raw_decode(item)
+        except ValueError:
+            key, end = None, 0
+        if isinstance(key, str) and item[end : end + 1] == ":":
+            return key, item[end + 1 :]
+    key, sep, value = item.partition(":")
+    return (key, value) if sep else None
+
+
+def label_param(key: str, value: str) -> str:
+    """A label filter as parse_label reads it: ``key:value``, the key written as a JSON string
+    where it holds ``:`` or starts with ``"`` (the twin of labelParam in the web UI's
+    static/js/state.js)."""
+    if ":" in key or key.startswith('"'):
+        import json
+
+        key = json.dumps(key, ensure_ascii=False)
+    return f"{key}:{value}"

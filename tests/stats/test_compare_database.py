@@ -139,3 +139,13 @@ def test_a_sqlite_file_that_is_not_there_is_named_and_not_made(tmp_path, capsys)
 def test_an_empty_side_is_a_clear_error(fleet, capsys):
     status, _, err = compare(capsys, fleet, "version:0.9", "version:1.4.2", *HOUR)
     assert status == 2 and "side A has no samples of shop" in err
+
+
+def test_a_sides_label_is_read_as_the_web_ui_reads_it(fleet, capsys):
+    # The web UI reads a label exactly, with a key written as a JSON string where it holds
+    # ':'; the command line stripped spaces and split at the first ':'.
+    status, out, err = compare(capsys, fleet, '"version":1.4.1', "version:1.4.2", *HOUR, "--json")
+    assert status == 1, err
+    assert json.loads(out)["replicates"]["a"] == 180
+    status, _, err = compare(capsys, fleet, "version: 1.4.1", "version:1.4.2", *HOUR)
+    assert status == 2 and "side A has no samples" in err  # " 1.4.1" is no version here
