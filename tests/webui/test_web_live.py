@@ -206,7 +206,17 @@ def test_a_stored_target_that_is_no_address_is_a_clear_error(tmp_path):
         app.extensions["fleetflame_db"].close()
 
 
-def test_a_worker_that_answers_no_http_is_a_clear_error(tmp_path):
+BROKEN_ANSWERS = {
+    "no http": b"no http here\r\n\r\n",
+    # http.client raises ValueError on it, which was told as the stored address's fault.
+    "a chunk size that is no number": (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("garbage", list(BROKEN_ANSWERS.values()), ids=list(BROKEN_ANSWERS))
+def test_a_worker_that_answers_no_http_is_a_clear_error(tmp_path, garbage):
     import socket
     import threading
 
@@ -217,7 +227,7 @@ def test_a_worker_that_answers_no_http_is_a_clear_error(tmp_path):
         conn, _ = listener.accept()
         with conn:
             conn.recv(4096)
-            conn.sendall(b"no http here\r\n\r\n")
+            conn.sendall(garbage)
 
     thread = threading.Thread(target=answer_garbage, daemon=True)
     thread.start()
