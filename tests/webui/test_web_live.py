@@ -208,7 +208,7 @@ def test_a_stored_target_that_is_no_address_is_a_clear_error(tmp_path):
 
 BROKEN_ANSWERS = {
     "no http": b"no http here\r\n\r\n",
-    # http.client raises ValueError on it, which was told as the stored address's fault.
+    # http.client reads it as an answer cut short (IncompleteRead), not as a ValueError.
     "a chunk size that is no number": (
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n"
     ),
