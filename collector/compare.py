@@ -240,11 +240,13 @@ def _report(
         )
         # Each function's own depends on how much its share varies between replicates: the
         # median alone read as a contradiction beside smaller changes found significant.
-        each = [f.mde for f in comparison.findings if f.judged and f.mde]
-        spread = f"{min(each):.2f} to {max(each):.2f}; " if each else ""
+        spread = (
+            f"{floor.mde_low:.2f} to {floor.mde_high:.2f}; " if floor.mde_low is not None else ""
+        )
         lines.append(
-            f"smallest detectable change: median {floor.mde:.2f} points over the {len(each)} "
-            f"judged functions whose share varies ({spread}{options.power:.0%} power){vary}"
+            f"smallest detectable change: median {floor.mde:.2f} points over the "
+            f"{floor.mde_functions} judged self shares that vary ({spread}"
+            f"{options.power:.0%} power){vary}"
         )
     judged = [f for f in comparison.findings if f.judged]
     ci = f"{options.confidence:.0%} CI"

@@ -78,8 +78,11 @@ class NoiseFloor:
     ``significant_splits`` counts the splits that found a significant change (about ``fdr``
     of them when the test holds its rate). ``mde`` is the change detected with probability
     ``power`` at level ``alpha`` (the false discovery rate over the number judged: the p-value
-    one regression among unchanged functions needs), the median over the judged functions
-    whose share varies between replicates.
+    one regression among unchanged functions needs), the median over the ``mde_functions``
+    judged self shares that vary between replicates (their range ``mde_low`` to
+    ``mde_high``); over the judged totals where no self share is judged. Totals alone read
+    ~100 points beside significant 21-point changes in a fleet of two kinds of worker: each
+    kind's own start-up frames hold ~100% of its replicates and 0% of the other's.
     ``dispersion`` is how many times more a share varies between replicates than sample
     counting explains (1: samples as good as independent draws), fitted over all functions.
     """
@@ -88,6 +91,9 @@ class NoiseFloor:
     largest_change: float | None
     significant_splits: int
     mde: float | None
+    mde_functions: int
+    mde_low: float | None
+    mde_high: float | None
     alpha: float | None
     power: float
     dispersion: float | None
@@ -265,7 +271,8 @@ def _noise_floor(
     splits = options.splits if len(columns) else 0
     # A share the same in every replicate (a root's total, always 100%) has no variation to
     # measure a detectable change against: 0 there says nothing, and pulled the median down.
-    varying = mde[mde > 0]
+    is_self = np.array([family.kinds[column] == SELF for column in columns], dtype=bool)
+    varying = mde[(mde > 0) & is_self] if (is_self & (mde > 0)).any() else mde[mde > 0]
     rng = np.random.default_rng(options.seed)
     a_counts, b_counts = family.a[:, columns], family.b[:, columns]
     counts = np.vstack([a_counts, b_counts])
@@ -284,6 +291,9 @@ def _noise_floor(
         largest_change=100 * float(np.median(largest)) if largest else None,
         significant_splits=alarms,
         mde=100 * float(np.median(varying)) if len(varying) else None,
+        mde_functions=len(varying),
+        mde_low=100 * float(varying.min()) if len(varying) else None,
+        mde_high=100 * float(varying.max()) if len(varying) else None,
         alpha=alpha,
         power=options.power,
         dispersion=None,

@@ -80,7 +80,7 @@ def test_no_regression_passes_and_the_table_says_why(capsys, sides):
     # The median of the functions' own detectable changes, and their range beside it.
     found = re.search(
         r"smallest detectable change: median ([\d.]+) points over the (\d+) judged "
-        r"functions whose share varies \(([\d.]+) to ([\d.]+); 80% power\)",
+        r"self shares that vary \(([\d.]+) to ([\d.]+); 80% power\)",
         out,
     )
     assert found, out

@@ -247,8 +247,32 @@ def test_the_detectable_change_leaves_out_shares_that_never_vary():
     comparison = compare_replicates(draw(rng, TRUTH, 10), draw(rng, TRUTH, 10))
     judged = [f.mde for f in comparison.findings if f.judged]
     assert 0.0 in judged
-    varying = [m for m in judged if m > 0]
+    varying = [f.mde for f in comparison.findings if f.judged and f.mde > 0 and f.kind == "self"]
     assert comparison.noise_floor.mde == pytest.approx(float(np.median(varying)))
+    assert comparison.noise_floor.mde_functions == len(varying)
+
+
+def test_the_detectable_change_is_the_self_shares_not_two_kinds_of_workers_start_up():
+    # A fleet of two kinds of worker (gunicorn sync and gthread in the demo): each kind's own
+    # start-up frames hold ~100% of its replicates' totals and 0% of the other's, so the
+    # totals' detectable changes are ~100 points, and their median read 98 points beside a
+    # significant change of 21. The self shares say what the comparison can detect.
+    rng = np.random.default_rng(9)
+
+    def replicates(count):
+        profiles = []
+        for i in range(count):
+            kind = "sync" if i % 2 else "gthread"
+            root = ";".join(f"{kind}:start{depth}" for depth in range(6))  # start-up frames
+            leaves = {"app:render": 700, "app:query": 200, "json:dumps": 100}
+            profiles.append(
+                {f"{root};{leaf}": int(n + rng.integers(-30, 30)) for leaf, n in leaves.items()}
+            )
+        return profiles
+
+    floor = compare(replicates(12), replicates(12)).noise_floor
+    assert floor.mde is not None and floor.mde < 20, floor
+    assert floor.mde_high is not None and floor.mde_high < 20, floor
 
 
 def test_regressions_are_significant_rises_above_the_threshold():
