@@ -735,6 +735,21 @@ def test_a_deep_common_chain_is_one_frame_and_links_into_it_still_work(tmp_path,
         assert query(page)["chains"] == ["all"]
 
 
+def test_stalls_that_hold_no_stacks_are_not_called_no_stalls(tmp_path, page):
+    # The demo's GIL stalls held no sampled stacks: the page listed them and, below, said
+    # "No stalls, so no stall time."
+    url = f"sqlite:///{tmp_path / 'stalls.db'}"
+    with Store(url) as store:
+        store.migrate()
+    record_stalls(url, [(T0 + 60, 0.084), (T0 + 120, 0.056)], stacks={"wall": {}, "cpu": {}})
+    with serving(url) as base:
+        open_view(page, f"{base}/worst?{WINDOW}")
+        page.wait_for_selector("#stall-chart p.empty")
+        assert page.locator("#stall-summary").inner_text().startswith("2 stalls")
+        note = page.locator("#stall-chart p.empty").inner_text()
+        assert "hold no sampled stacks" in note and "No stalls" not in note, note
+
+
 def test_stall_durations_are_drawn_over_time_with_their_percentiles(server, page):
     open_view(page, f"{server}/worst?{WINDOW}")
     page.wait_for_selector("#stall-durations .line-max circle")

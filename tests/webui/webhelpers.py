@@ -112,16 +112,21 @@ def client_over(
         app.extensions["fleetflame_db"].close()
 
 
-def record_stalls(url: str, stalls: Iterable[tuple[float, float]]) -> None:
+def record_stalls(
+    url: str, stalls: Iterable[tuple[float, float]], stacks: dict[str, Any] | None = None
+) -> None:
     """Writes stall events (start, duration in seconds) of an event loop of service api into
-    the store at ``url``, as the collector's worst-cases job stores them."""
+    the store at ``url``, as the collector's worst-cases job stores them, each with ``stacks``
+    (by default one wall stack in time.sleep)."""
     import json
 
     import sqlalchemy as sa
 
     from collector.store import schema
 
-    stacks = json.dumps({"wall": {"main;app:handle;time:sleep": 1.0}, "cpu": {}})
+    if stacks is None:
+        stacks = {"wall": {"main;app:handle;time:sleep": 1.0}, "cpu": {}}
+    stored = json.dumps(stacks)
     rows = [
         {
             "id": i + 1,
@@ -133,7 +138,7 @@ def record_stalls(url: str, stalls: Iterable[tuple[float, float]]) -> None:
             "kind": "event-loop",
             "thread": "MainThread",
             "what": "a step of task main",
-            "stacks": stacks,
+            "stacks": stored,
         }  # fmt: skip
         for i, (start, duration) in enumerate(stalls)
     ]

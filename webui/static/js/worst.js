@@ -163,7 +163,9 @@ async function load () {
     bucketTable.set(stalls.buckets.map(b => ({ ...b, start: b.t, p999: b['p99.9'] })), 'start')
     drawDurations($('stall-durations'), stalls.buckets, stalls.bucket_seconds,
       [stalls.selection.read_from, stalls.selection.read_to])
-    drawOrSay(stallFlame, stalls.flamegraph, 'No stalls, so no stall time.')
+    drawOrSay(stallFlame, stalls.flamegraph, stalls.count
+      ? 'These stalls hold no sampled stacks, so there is nothing to draw.'
+      : 'No stalls, so no stall time.')
     const rows = requests.routes.map(r => ({
       name: r.route,
       count: r.count,
