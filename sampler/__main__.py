@@ -198,11 +198,11 @@ def run(argv: list[str]) -> int:
             # Python tells an uncaught exception before it waits for the threads.
             _tell(exc)
             status, error = 1, exc
-        if periods is None and os.getpid() == parent and _threads_to_wait_for():
-            # What was sampled so far, on disk first: a thread may end the process before
-            # they end (os._exit), which ended the run with no file at all.
-            _write_outputs(sampler, options, None)
         try:
+            if periods is None and os.getpid() == parent and _threads_to_wait_for():
+                # What was sampled so far, on disk first: a thread may end the process before
+                # they end (os._exit), which ended the run with no file at all.
+                _write_outputs(sampler, options, None)
             _wait_for_threads()
         except KeyboardInterrupt as exc:  # Ctrl-C while waiting: keep what was sampled, end
             error = error or exc

@@ -414,6 +414,8 @@ def test_ctrl_c_while_waiting_for_the_programs_threads_ends_the_run_with_its_pro
     finally:
         run.kill()
         run.wait()
+        run.stdout.close()  # a failure above left them open, to be collected in another test
+        run.stderr.close()
     assert run.returncode == -signal.SIGINT and "Traceback" not in stderr, stderr
     assert out.is_file()
 
