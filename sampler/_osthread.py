@@ -29,9 +29,10 @@ _KEPT = {
 
 
 def own_thread() -> None:
-    """Sets up the calling thread as one of the sampler's: named, host signals blocked."""
-    name_os_thread()
+    """Sets up the calling thread as one of the sampler's: host signals blocked, then named
+    (so that a thread the OS shows by our name blocks them already)."""
     block_host_signals()
+    name_os_thread()
 
 
 def block_host_signals() -> None:
