@@ -60,6 +60,5 @@ export function significanceSummary (stats) {
     `among ${count(stats.hypotheses)} judged (self and total shares, false discovery rate ` +
     `${pct(stats.fdr, 0)}), over ${replicates}. Noise floor: changes up to ` +
     `${points(floor.largest_change)} appear between halves of the same data; the smallest ` +
-    `change this comparison detects (${pct(floor.power, 0)} power) is about ${points(floor.mde)}` +
-    (floor.mde_functions ? ` (the median over ${count(floor.mde_functions)} self shares that vary)` : '') + '.'
+    `change this comparison detects (${pct(floor.power, 0)} power) is about ${points(floor.mde)}.`
 }
