@@ -199,10 +199,6 @@ def run(argv: list[str]) -> int:
             _tell(exc)
             status, error = 1, exc
         try:
-            if periods is None and os.getpid() == parent and _threads_to_wait_for():
-                # What was sampled so far, on disk first: a thread may end the process before
-                # they end (os._exit), which ended the run with no file at all.
-                _write_outputs(sampler, options, None)
             _wait_for_threads()
         except KeyboardInterrupt as exc:  # Ctrl-C while waiting: keep what was sampled, end
             error = error or exc
@@ -243,12 +239,6 @@ def _run_main_code(sampler: Sampler, run_code: Any, code: CodeType, *args: Any, 
     if isinstance(sampler.engine, NativeEngine):
         sampler.engine.name_file(code.co_filename, "__main__")
     return run_code(code, *args, **kw)
-
-
-def _threads_to_wait_for() -> bool:
-    """Whether the program left threads that its exit waits for (not daemons)."""
-    main = threading.main_thread()
-    return any(t is not main and not t.daemon and t.is_alive() for t in threading.enumerate())
 
 
 def _wait_for_threads() -> None:

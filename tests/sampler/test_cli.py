@@ -370,25 +370,6 @@ def test_threads_that_outlive_the_main_module_are_sampled_until_they_end(
 
 
 @pytest.mark.parallel
-def test_a_thread_that_ends_the_process_leaves_what_was_sampled_before(tmp_path):
-    # Waiting for the threads before writing, a thread's os._exit ended the run with no file.
-    program, out = tmp_path / "program.py", tmp_path / "out.folded"
-    program.write_text(
-        "import os, threading, time\n"
-        "def ends_it():\n"
-        "    time.sleep(1.0)  # after the main module has returned\n"
-        "    os._exit(0)\n"
-        "threading.Thread(target=ends_it).start()\n"
-        "end = time.thread_time() + 0.2\n"
-        "while time.thread_time() < end:\n"
-        "    pass\n"
-    )
-    result = sampler_command(["run", "-o", str(out), str(program)], tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert parse_folded(out.read_text()).get("__main__:<module>", 0) >= 5, out.read_text()
-
-
-@pytest.mark.parallel
 def test_ctrl_c_while_waiting_for_the_programs_threads_ends_the_run_with_its_profile(tmp_path):
     program, out = tmp_path / "program.py", tmp_path / "out.folded"
     program.write_text(
