@@ -202,6 +202,10 @@ def run(argv: list[str]) -> int:
             _wait_for_threads()
         except KeyboardInterrupt as exc:  # Ctrl-C while waiting: keep what was sampled, end
             error = error or exc
+            # Python waits for the threads once, and a Ctrl-C ends that wait; the interpreter's
+            # exit would wait again (a Ctrl-C during threading's atexit calls, before the wait
+            # marks itself done, hung the run for a thread sleeping 60 s).
+            threading._shutdown = _waited  # type: ignore[attr-defined]
     finally:
         stop()
         if os.getpid() == parent:  # not a child the program forked: the parent writes them
@@ -239,6 +243,10 @@ def _run_main_code(sampler: Sampler, run_code: Any, code: CodeType, *args: Any, 
     if isinstance(sampler.engine, NativeEngine):
         sampler.engine.name_file(code.co_filename, "__main__")
     return run_code(code, *args, **kw)
+
+
+def _waited() -> None:
+    """threading._shutdown once the wait for the program's threads was ended by Ctrl-C."""
 
 
 def _wait_for_threads() -> None:
