@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 from samplerhelpers import ENGINES, WORKLOADS, env, exits, run_sampled, share
@@ -369,13 +370,38 @@ def test_threads_that_outlive_the_main_module_are_sampled_until_they_end(
         assert "runpy" not in result.stderr and "sampler" not in result.stderr, result.stderr
 
 
+def _as_from_a_terminal():
+    """A child's signals as a shell started from a terminal gives them: none blocked, SIGINT's
+    default action (whatever the test's process inherited)."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _signal_state(pid):
+    """The process's blocked, ignored and caught signals, as /proc shows them."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError as exc:
+        return str(exc)
+    return [line for line in lines if line.startswith(("SigBlk", "SigIgn", "SigCgt"))]
+
+
 @pytest.mark.parallel
-def test_ctrl_c_while_waiting_for_the_programs_threads_ends_the_run_with_its_profile(tmp_path):
+@pytest.mark.parametrize(
+    "task",
+    ["sum, range(10)", "time.sleep, 2"],
+    ids=["executor idle", "Ctrl-C in threading's atexit join of the executor"],
+)
+def test_ctrl_c_while_waiting_for_the_programs_threads_ends_the_run_with_its_profile(
+    tmp_path, task
+):
+    # The second: the Ctrl-C ended threading's wait before it marked itself done, and the
+    # interpreter's exit waited again, for the thread sleeping 60 s (a hang).
     program, out = tmp_path / "program.py", tmp_path / "out.folded"
     program.write_text(
         "import threading, time\n"
         "from concurrent.futures import ThreadPoolExecutor\n"
-        "ThreadPoolExecutor().submit(sum, range(10))  # never shut down: no wait for it\n"
+        f"ThreadPoolExecutor().submit({task})  # never shut down\n"
         "threading.Thread(target=time.sleep, args=(60,)).start()\n"
         "print('main done', flush=True)\n"
     )
@@ -385,13 +411,18 @@ def test_ctrl_c_while_waiting_for_the_programs_threads_ends_the_run_with_its_pro
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_as_from_a_terminal,
     )
     try:
         assert run.stdout.readline() == "main done\n"
         time.sleep(0.5)
         assert run.poll() is None  # waiting for the thread, as Python waits
+        signals = _signal_state(run.pid)
         run.send_signal(signal.SIGINT)
-        _, stderr = run.communicate(timeout=10)
+        try:
+            _, stderr = run.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the run did not end on SIGINT; its signals then: {signals}")
     finally:
         run.kill()
         run.wait()
