@@ -12,6 +12,7 @@ kind that runs Python's fork hooks) is not sampled at all: see ``forked_to_exec`
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -36,6 +37,7 @@ def install() -> None:
 
 
 def _quiet_first(exec_: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(exec_)
     def exec_quietly(*args: Any, **kwargs: Any) -> Any:
         resume = quiet_for_exec()
         try:
@@ -45,10 +47,6 @@ def _quiet_first(exec_: Callable[..., Any]) -> Callable[..., Any]:
                 resume()
             raise
 
-    exec_quietly.__name__ = exec_.__name__
-    exec_quietly.__qualname__ = exec_.__qualname__
-    exec_quietly.__doc__ = exec_.__doc__
-    exec_quietly.__wrapped__ = exec_  # type: ignore[attr-defined]
     return exec_quietly
 
 
