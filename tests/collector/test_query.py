@@ -109,6 +109,9 @@ def test_stack_lines_in_one_row_agree_with_the_rows(fleet: Query, monkeypatch) -
     monkeypatch.setattr(sqlite_engine, "_LINES_CHUNK", 2)  # several rows of lines
     check()
     assert fleet.stack_lines([stored[0], stored[0]]) == ([stored[0]], texts[stored[0]])
+    # Asked in id order (the primary key's), whatever order they are given in.
+    found, _ = fleet.stack_lines(sorted(stored, reverse=True))
+    assert found == sorted(stored) and len(found) > 2
     if engine.name == "sqlite":
         # Lines longer than SQLite's longest string are read a string per stack.
         with engine.read_transaction() as conn:
