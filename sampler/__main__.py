@@ -27,6 +27,7 @@ from ._engine_native import NativeEngine
 from ._engine_native import unavailable as native_unavailable
 from ._files import write_text_atomically
 from ._process import start, stop
+from ._run_end import RunEnd
 from ._settings import SETTINGS, ConfigError
 from ._stack_walk import HIDDEN_CODE_IDS, hide_code
 from ._trace_write import output_problem
@@ -186,7 +187,8 @@ def run(argv: list[str]) -> int:
         periods.start()
     status = 0
     error: BaseException | None = None
-    parent = os.getpid()
+    end = RunEnd(lambda: _write_outputs(sampler, options, periods))
+    end.install()
     try:
         try:
             _run_program(options, sampler)
@@ -208,8 +210,8 @@ def run(argv: list[str]) -> int:
             threading._shutdown = _waited  # type: ignore[attr-defined]
     finally:
         stop()
-        if os.getpid() == parent:  # not a child the program forked: the parent writes them
-            _write_outputs(sampler, options, periods)
+        end.write()  # unless an early end wrote them; not in a child the program forked
+        end.uninstall()
     if isinstance(error, KeyboardInterrupt):
         # Raised again so that the interpreter ends as Python does on Ctrl-C (killed by
         # SIGINT, after its atexit calls); told already, so not told twice.

@@ -1,0 +1,151 @@
+"""`python -m sampler run` writes its files when the program ends early: os._exit, SIGTERM,
+SIGHUP (until 2026-11-29 it wrote nothing then)."""
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from samplerhelpers import ENGINES, env
+
+from sampler.profile import parse_folded
+
+pytestmark = pytest.mark.parallel  # they check what is written, not how much
+
+# Spins in `work` until killed, after saying on stdout that it has begun.
+UNTIL_KILLED = """
+import sys, time
+def work():
+    while True:
+        sum(range(1000))
+print("working", flush=True)
+work()
+"""
+
+
+def start_run(tmp_path, program, *options):
+    """Starts ``python -m sampler run -o out.folded`` of ``program``; returns it and the path."""
+    path, out = tmp_path / "program.py", tmp_path / "out.folded"
+    path.write_text(program)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sampler", "run", *options, "-o", str(out), str(path)],
+        env=env(),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return proc, out
+
+
+def worked(out, name="work"):
+    """Samples of stacks ending in ``name`` in the written file."""
+    return sum(c for s, c in parse_folded(out.read_text()).items() if s.endswith(f":{name}"))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_run_killed_by_a_signal_writes_its_file_and_dies_of_the_signal(tmp_path, engine, signum):
+    proc, out = start_run(tmp_path, UNTIL_KILLED, "--engine", engine)
+    try:
+        assert proc.stdout.readline() == "working\n", proc.stderr.read()
+        time.sleep(0.5)
+        proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert proc.returncode == -signum, stderr
+    assert worked(out) >= 5, out.read_text()
+
+
+def test_the_programs_own_handler_is_left_alone(tmp_path):
+    program = """
+import signal, sys
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))
+print("working", flush=True)
+while True:
+    sum(range(1000))
+"""
+    proc, out = start_run(tmp_path, program)
+    try:
+        assert proc.stdout.readline() == "working\n", proc.stderr.read()
+        time.sleep(0.3)
+        proc.terminate()
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert proc.returncode == 7, stderr
+    assert worked(out, "<module>") >= 1, out.read_text()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("where", ["main module", "thread after the main module returned"])
+def test_os_exit_writes_the_file_first_and_keeps_its_status(tmp_path, engine, where):
+    program = """
+import os, threading, time
+def work():
+    end = time.thread_time() + 0.4
+    while time.thread_time() < end:
+        sum(range(1000))
+    os._exit(3)
+""" + ("work()" if where == "main module" else "threading.Thread(target=work).start()")
+    options = ("--engine", engine) if engine == "native" else ("--driver", "thread")
+    proc, out = start_run(tmp_path, program, *options)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 3, stderr
+    assert worked(out) >= 10, out.read_text()
+
+
+def test_a_forked_child_ending_early_writes_nothing_and_ends_as_it_would(tmp_path):
+    # The child inherits the wrapped os._exit and the handlers: the parent writes the file.
+    program = """
+import os, signal, time
+def parent_work():
+    end = time.thread_time() + 0.3
+    while time.thread_time() < end:
+        sum(range(1000))
+for how in ("exit", "term"):
+    pid = os.fork()
+    if pid == 0:
+        if how == "exit":
+            os._exit(4)
+        while True:
+            time.sleep(0.01)
+    if how == "term":
+        time.sleep(0.2)
+        os.kill(pid, signal.SIGTERM)
+    _, status = os.waitpid(pid, 0)
+    print(how, os.waitstatus_to_exitcode(status), flush=True)
+parent_work()
+"""
+    proc, out = start_run(tmp_path, program)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert stdout.split() == ["exit", "4", "term", str(-signal.SIGTERM)]
+    assert worked(out, "parent_work") >= 5, out.read_text()
+
+
+def test_a_signal_during_the_runs_own_write_ends_the_run_after_it(tmp_path):
+    # The signal lands in the write itself: the write finishes, then the process dies of it.
+    script = tmp_path / "end.py"
+    written = tmp_path / "written"
+    script.write_text(f"""
+import os, signal
+from sampler._run_end import RunEnd
+def write():
+    os.kill(os.getpid(), signal.SIGTERM)  # its handler runs at the next bytecode: here
+    open({str(written)!r}, "w").write("whole")
+end = RunEnd(write)
+end.install()
+end.write()
+print("not reached")
+""")
+    result = subprocess.run(
+        [sys.executable, str(script)], env=env(), capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == -signal.SIGTERM, result.stderr
+    assert written.read_text() == "whole"
+    assert "not reached" not in result.stdout
