@@ -14,6 +14,7 @@ import os
 import runpy
 import sys
 
+from ._run_end import RunEnd
 from ._trace import DEFAULT_MAX_EVENTS, Trace, TraceError
 
 
@@ -87,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     except TraceError as exc:
         print(f"python -m sampler trace: {exc}", file=sys.stderr)
         return 2
+    RunEnd(tracer.close).install()  # os._exit, SIGTERM, SIGHUP: the file is written first
     try:
         if options.module:
             runpy.run_module(options.target, run_name="__main__", alter_sys=True)

@@ -1,6 +1,7 @@
 """`python -m sampler run` writes its files when the program ends early: os._exit, SIGTERM,
 SIGHUP (until 2026-11-29 it wrote nothing then)."""
 
+import json
 import signal
 import subprocess
 import sys
@@ -149,3 +150,49 @@ print("not reached")
     assert result.returncode == -signal.SIGTERM, result.stderr
     assert written.read_text() == "whole"
     assert "not reached" not in result.stdout
+
+
+def start_trace(tmp_path, program):
+    """Starts ``python -m sampler trace --output out.json`` of ``program``."""
+    path, out = tmp_path / "program.py", tmp_path / "out.json"
+    path.write_text(program)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sampler", "trace", "--output", str(out), str(path)],
+        env=env(),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return proc, out
+
+
+def traced_calls(out, name):
+    """The trace's complete or begin events of functions named ``name``."""
+    events = json.loads(out.read_text())["traceEvents"]
+    return [e for e in events if e.get("name", "").endswith(name) and e.get("ph") in "XB"]
+
+
+def test_a_trace_killed_by_sigterm_writes_its_file_and_dies_of_it(tmp_path):
+    program = UNTIL_KILLED.replace("sum(range(1000))", "step()").replace(
+        "def work", "def step():\n    pass\ndef work"
+    )
+    proc, out = start_trace(tmp_path, program)
+    try:
+        assert proc.stdout.readline() == "working\n", proc.stderr.read()
+        time.sleep(0.3)
+        proc.terminate()
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert proc.returncode == -signal.SIGTERM, stderr
+    assert len(traced_calls(out, "step")) > 100
+
+
+def test_a_trace_ended_by_os_exit_writes_its_file_and_keeps_the_status(tmp_path):
+    program = "import os\ndef step():\n    pass\nfor _ in range(50):\n    step()\nos._exit(3)\n"
+    proc, out = start_trace(tmp_path, program)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 3, stderr
+    assert len(traced_calls(out, "step")) == 50
