@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 
 import pytest
 import requests
@@ -18,6 +19,20 @@ from pollhelpers import (
 )
 
 from collector.service import Collector
+
+
+@contextmanager
+def running(url, servers, release, **settings):
+    """A started collector polling ``servers``; at the end, lets the held ones go, then stops all."""
+    c = Collector(collector_settings(url, [s.address for s in servers], **settings))
+    c.start()
+    try:
+        yield c
+    finally:
+        release.set()
+        c.stop()
+        for s in servers:
+            s.close()
 
 
 @pytest.fixture
@@ -213,23 +228,11 @@ def test_a_hanging_and_a_dripping_target_never_delay_the_others(sqlite_url, logs
     dripping.behaviour = drip(release)
     interval = 1.0
     # Each slow target holds its poll 3 s (read timeout, fetch deadline): three intervals.
-    c = Collector(
-        collector_settings(
-            sqlite_url,
-            [s.address for s in (hanging, dripping, *healthy)],
-            poll_interval=interval,
-            read_timeout=3.0,
-            fetch_deadline=3.0,
-        )
-    )
-    c.start()
-    try:
+    servers = (hanging, dripping, *healthy)
+    with running(
+        sqlite_url, servers, release, poll_interval=interval, read_timeout=3.0, fetch_deadline=3.0
+    ) as c:
         wait_until(lambda: min(len(s.times) for s in healthy) >= 9, timeout=30, what="9 polls")
-    finally:
-        release.set()
-        c.stop()
-        for s in (hanging, dripping, *healthy):
-            s.close()
     gaps = [b - a for s in healthy for a, b in zip(s.times[1:], s.times[2:], strict=False)]
     # Every healthy target was polled every interval, within 10%, while the slow ones were
     # stuck (before: every 3 s, the slow targets' timeout, whatever the interval).
@@ -262,24 +265,16 @@ def test_more_slow_targets_than_threads_never_starve_the_healthy_ones(sqlite_url
     interval = 1.0
     # Three targets that hold their poll until the 3 s deadline, and a pool of two threads:
     # before, they took every thread and the healthy targets waited for one, round after round.
-    c = Collector(
-        collector_settings(
-            sqlite_url,
-            [s.address for s in (*slow, *healthy)],
-            poll_interval=interval,
-            poll_concurrency=2,
-            read_timeout=3.0,
-            fetch_deadline=3.0,
-        )
-    )
-    c.start()
-    try:
+    with running(
+        sqlite_url,
+        (*slow, *healthy),
+        release,
+        poll_interval=interval,
+        poll_concurrency=2,
+        read_timeout=3.0,
+        fetch_deadline=3.0,
+    ):
         wait_until(lambda: min(len(s.times) for s in healthy) >= 10, timeout=40, what="10 polls")
-    finally:
-        release.set()
-        c.stop()
-        for s in (*slow, *healthy):
-            s.close()
     # After the first round, which learns which targets are slow (they took both threads).
     settled = [[t for t in s.times if t > healthy[0].times[0] + 3.5] for s in healthy]
     gaps = [b - a for times in settled for a, b in zip(times, times[1:], strict=False)]
@@ -299,18 +294,15 @@ def test_a_fleet_that_timed_out_once_is_polled_again_within_a_round(sqlite_url):
     servers = [DocServer(make_doc([(0, "m;a", 5)], instance=f"t{i}")) for i in range(6)]
     for server in servers:
         server.behaviour = drip_head(release)
-    c = Collector(
-        collector_settings(
-            sqlite_url,
-            [s.address for s in servers],
-            poll_interval=1.0,
-            poll_concurrency=2,
-            read_timeout=1.0,
-            fetch_deadline=1.0,
-        )
-    )
-    c.start()
-    try:
+    with running(
+        sqlite_url,
+        servers,
+        release,
+        poll_interval=1.0,
+        poll_concurrency=2,
+        read_timeout=1.0,
+        fetch_deadline=1.0,
+    ) as c:
         # Every target times out once (a network blip), then all answer at once.
         wait_until(lambda: len(c.rounds._slow) == 6, timeout=30, what="each to time out")
         for server in servers:
@@ -318,11 +310,6 @@ def test_a_fleet_that_timed_out_once_is_polled_again_within_a_round(sqlite_url):
         release.set()
         healed = time.monotonic()
         wait_until(lambda: all(len(s.times) >= 2 for s in servers), timeout=30, what="polls")
-    finally:
-        release.set()
-        c.stop()
-        for s in servers:
-            s.close()
     # All six within about a round (one slow poll at a time, each followed at once by the
     # next): before, one a round was polled, the others skipped until their turn (6 rounds).
     assert max(s.times[1] for s in servers) - healed < 2.5
