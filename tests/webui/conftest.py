@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from webhelpers import fleet_rows
+from webhelpers import TIMEOUT, fleet_rows
 
 from collector.store import Store
 
@@ -101,3 +101,23 @@ def browser():
         chromium = launch_chromium(playwright)
         yield chromium
         chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    """A browser page in a context of its own; the test fails on any JavaScript error it raised.
+
+    ``page.errors`` and ``page.dialogs`` hold the errors and the messages of the dialogs
+    (dismissed) so far.
+    """
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.errors, page.dialogs = errors, dialogs
+    yield page
+    context.close()
+    assert errors == [], f"JavaScript errors: {errors}"

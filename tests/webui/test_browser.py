@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from webhelpers import (
     T0,
+    TIMEOUT,
     XSS,
     expected,
     fleet_rows,
@@ -29,7 +30,6 @@ from sampler.profile import shown_frame
 pytestmark = pytest.mark.browser
 
 WINDOW = f"from={T0}&to={T0 + 3600}"
-TIMEOUT = 30_000  # ms: the machine is shared, so be patient rather than flaky
 
 
 @pytest.fixture(scope="module")
@@ -53,21 +53,6 @@ def server(tmp_path_factory) -> Iterator[str]:
     record_slow_requests(url, '/up"load', slow, [T0 + 60 * m for m in range(10)])
     with serving(url) as base:
         yield base
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(TIMEOUT)
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    dialogs: list[str] = []
-    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
-    page.errors, page.dialogs = errors, dialogs
-    yield page
-    context.close()
-    assert errors == [], f"JavaScript errors: {errors}"
 
 
 def open_view(page, url: str) -> None:

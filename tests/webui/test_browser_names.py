@@ -14,8 +14,6 @@ from collector.store import SampleRow, Store
 
 pytestmark = pytest.mark.browser
 
-TIMEOUT = 30_000  # ms: the machine is shared, so be patient rather than flaky
-
 STACK = "__main__:<module>;app:serve;app:work"
 # A right-to-left override: "evil\u202egnp.exe" shows as "evilexe.png" where it is obeyed.
 RTL = "evil\u202egnp.exe"
@@ -109,18 +107,6 @@ def server(tmp_path_factory) -> Iterator[str]:
     worst_cases(url)
     with serving(url) as base:
         yield base
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(TIMEOUT)
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    yield page
-    context.close()
-    assert errors == [], f"JavaScript errors: {errors}"
 
 
 def open_filters(page, url: str) -> None:

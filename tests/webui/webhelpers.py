@@ -12,6 +12,7 @@ from collector.store import SampleRow, Store
 T0 = 1_700_000_000 // 86400 * 86400  # a UTC midnight: every tier boundary falls on it
 # Markup, and a right-to-left override that would show "gnp.exe" as "exe.png".
 XSS = "<img src=x onerror=alert(1)>\u202egnp.exe"
+TIMEOUT = 30_000  # ms, a browser test's waits: the machine is shared, so be patient, not flaky
 
 # (service, host, version) -> {stack: count per minute}
 FLEET = {
