@@ -18,10 +18,13 @@ from webhelpers import (
     XSS,
     expected,
     fleet_rows,
+    frame,
+    open_view,
     record_finding,
     record_slow_requests,
     record_stalls,
     serving,
+    xpath_literal,
 )
 
 from collector.store import SampleRow, Store
@@ -53,23 +56,6 @@ def server(tmp_path_factory) -> Iterator[str]:
     record_slow_requests(url, '/up"load', slow, [T0 + 60 * m for m in range(10)])
     with serving(url) as base:
         yield base
-
-
-def open_view(page, url: str) -> None:
-    page.goto(url)
-    page.wait_for_selector("body[data-state=ready]")
-
-
-def frame(page, name: str):
-    return page.locator("#chart g.frame").filter(
-        has=page.locator(f"xpath=self::*[@name={xpath_literal(name)}]")
-    )
-
-
-def xpath_literal(text: str) -> str:
-    if "'" not in text:
-        return f"'{text}'"
-    return "concat('" + "', \"'\", '".join(text.split("'")) + "')"
 
 
 def query(page) -> dict[str, list[str]]:

@@ -8,7 +8,7 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from webhelpers import T0, record_finding, serving
+from webhelpers import T0, frame, open_view, record_finding, serving
 
 from collector.store import SampleRow, Store
 
@@ -110,8 +110,7 @@ def server(tmp_path_factory) -> Iterator[str]:
 
 
 def open_filters(page, url: str) -> None:
-    page.goto(url)
-    page.wait_for_selector("body[data-state=ready]")
+    open_view(page, url)
     page.wait_for_function("() => document.getElementById('filter-service').options.length > 1")
 
 
@@ -201,19 +200,6 @@ def test_a_finding_stored_with_an_unencoded_link_opens_its_own_comparison(server
         "a_label",
         "b_label",
     ]
-
-
-def frame(page, name: str):
-    """The graph's frame of that (shown) name."""
-    return page.locator("#chart g.frame").filter(
-        has=page.locator(f"xpath=self::*[@name={xpath_literal(name)}]")
-    )
-
-
-def xpath_literal(text: str) -> str:
-    if "'" not in text:
-        return f"'{text}'"
-    return "concat('" + "', \"'\", '".join(text.split("'")) + "')"
 
 
 def url_function(page) -> str | None:

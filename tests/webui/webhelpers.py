@@ -208,3 +208,23 @@ def serving(url: str) -> Iterator[str]:
         thread.join(timeout=10)
         httpd.server_close()
         app.extensions["fleetflame_db"].close()
+
+
+def open_view(page, url: str) -> None:
+    """Opens a page of the web UI and waits until it has drawn what it shows."""
+    page.goto(url)
+    page.wait_for_selector("body[data-state=ready]")
+
+
+def frame(page, name: str):
+    """The graph's frame of that (shown) name."""
+    return page.locator("#chart g.frame").filter(
+        has=page.locator(f"xpath=self::*[@name={xpath_literal(name)}]")
+    )
+
+
+def xpath_literal(text: str) -> str:
+    """``text`` as an XPath string literal, which has no escapes: quotes split it in concat()."""
+    if "'" not in text:
+        return f"'{text}'"
+    return "concat('" + "', \"'\", '".join(text.split("'")) + "')"
