@@ -253,6 +253,13 @@ class StallWatcher:
         stall = Stall("gil", holder, self._clock_offset + started, ended - started)
         stall.thread = threads[holder].name if holder in threads else stall.thread
         stall.what = gil_what(ended - started, holder, on_cpu, handoffs if contended else 0)
+        # Where the holder let the GIL go, read now that the watcher has it: a holder that did
+        # not run (a call that kept the GIL, a thread off the CPU) has no CPU sample to say it.
+        frame = sys._current_frames().get(holder) if holder is not None else None
+        if frame is not None:
+            from ._stack_walk import folded_stack
+
+            stall.wall[folded_stack(frame)] = 1
         self._finish(stall, started, ended)
 
     def _read_stalled(self, now: float) -> None:

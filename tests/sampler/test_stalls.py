@@ -211,6 +211,8 @@ def test_the_gil_held_by_a_thread_using_no_cpu_is_a_stall_of_that_thread():
     # Its CPU clock says it did not run while it held the GIL.
     assert stall["what"].startswith("the GIL held by a thread that was not running"), stall
     assert 0.1 <= stall["duration"] <= 0.25
+    # Its stack as it let the GIL go says where (it had none when its CPU samples were all).
+    assert stack_with(stall["stacks"]["wall"], "sleep_holding_the_gil") == 1, stall
 
 
 @pytest.mark.skipif(NATIVE_UNAVAILABLE is not None, reason="the native engine's ticks look")
