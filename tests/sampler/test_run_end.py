@@ -25,12 +25,14 @@ work()
 """
 
 
-def start_run(tmp_path, program, *options):
-    """Starts ``python -m sampler run -o out.folded`` of ``program``; returns it and the path."""
-    path, out = tmp_path / "program.py", tmp_path / "out.folded"
+def start(tmp_path, program, command, *options):
+    """Starts ``python -m sampler COMMAND OPTIONS -o OUT program``; returns it and OUT (a
+    folded file for run, a JSON trace for trace)."""
+    path = tmp_path / "program.py"
+    out = tmp_path / ("out.folded" if command == "run" else "out.json")
     path.write_text(program)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sampler", "run", *options, "-o", str(out), str(path)],
+        [sys.executable, "-m", "sampler", command, *options, "-o", str(out), str(path)],
         env=env(),
         cwd=tmp_path,
         stdout=subprocess.PIPE,
@@ -38,6 +40,19 @@ def start_run(tmp_path, program, *options):
         text=True,
     )
     return proc, out
+
+
+def killed_while_working(proc, signum, after):
+    """Sends ``signum`` once the program has said it is working and ``after`` seconds more;
+    returns its stderr once it has ended."""
+    try:
+        assert proc.stdout.readline() == "working\n", proc.stderr.read()
+        time.sleep(after)
+        proc.send_signal(signum)
+        return proc.communicate(timeout=30)[1]
+    finally:
+        proc.kill()
+        proc.communicate()
 
 
 def worked(out, name="work"):
@@ -48,15 +63,8 @@ def worked(out, name="work"):
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_a_run_killed_by_a_signal_writes_its_file_and_dies_of_the_signal(tmp_path, engine, signum):
-    proc, out = start_run(tmp_path, UNTIL_KILLED, "--engine", engine)
-    try:
-        assert proc.stdout.readline() == "working\n", proc.stderr.read()
-        time.sleep(0.5)
-        proc.send_signal(signum)
-        _, stderr = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-        proc.communicate()
+    proc, out = start(tmp_path, UNTIL_KILLED, "run", "--engine", engine)
+    stderr = killed_while_working(proc, signum, 0.5)
     assert proc.returncode == -signum, stderr
     assert worked(out) >= 5, out.read_text()
 
@@ -69,15 +77,8 @@ print("working", flush=True)
 while True:
     sum(range(1000))
 """
-    proc, out = start_run(tmp_path, program)
-    try:
-        assert proc.stdout.readline() == "working\n", proc.stderr.read()
-        time.sleep(0.3)
-        proc.terminate()
-        _, stderr = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-        proc.communicate()
+    proc, out = start(tmp_path, program, "run")
+    stderr = killed_while_working(proc, signal.SIGTERM, 0.3)
     assert proc.returncode == 7, stderr
     assert worked(out, "<module>") >= 1, out.read_text()
 
@@ -94,7 +95,7 @@ def work():
     os._exit(3)
 """ + ("work()" if where == "main module" else "threading.Thread(target=work).start()")
     options = ("--engine", engine) if engine == "native" else ("--driver", "thread")
-    proc, out = start_run(tmp_path, program, *options)
+    proc, out = start(tmp_path, program, "run", *options)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 3, stderr
     assert worked(out) >= 10, out.read_text()
@@ -122,7 +123,7 @@ for how in ("exit", "term"):
     print(how, os.waitstatus_to_exitcode(status), flush=True)
 parent_work()
 """
-    proc, out = start_run(tmp_path, program)
+    proc, out = start(tmp_path, program, "run")
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, stderr
     assert stdout.split() == ["exit", "4", "term", str(-signal.SIGTERM)]
@@ -144,27 +145,11 @@ end.install()
 end.write()
 print("not reached")
 """)
-    result = subprocess.run(
-        [sys.executable, str(script)], env=env(), capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == -signal.SIGTERM, result.stderr
+    proc = subprocess.Popen([sys.executable, str(script)], env=env(), stdout=subprocess.PIPE)
+    stdout, _ = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGTERM
     assert written.read_text() == "whole"
-    assert "not reached" not in result.stdout
-
-
-def start_trace(tmp_path, program):
-    """Starts ``python -m sampler trace --output out.json`` of ``program``."""
-    path, out = tmp_path / "program.py", tmp_path / "out.json"
-    path.write_text(program)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sampler", "trace", "--output", str(out), str(path)],
-        env=env(),
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    return proc, out
+    assert b"not reached" not in stdout
 
 
 def traced_calls(out, name):
@@ -177,22 +162,15 @@ def test_a_trace_killed_by_sigterm_writes_its_file_and_dies_of_it(tmp_path):
     program = UNTIL_KILLED.replace("sum(range(1000))", "step()").replace(
         "def work", "def step():\n    pass\ndef work"
     )
-    proc, out = start_trace(tmp_path, program)
-    try:
-        assert proc.stdout.readline() == "working\n", proc.stderr.read()
-        time.sleep(0.3)
-        proc.terminate()
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-        proc.communicate()
+    proc, out = start(tmp_path, program, "trace")
+    stderr = killed_while_working(proc, signal.SIGTERM, 0.3)
     assert proc.returncode == -signal.SIGTERM, stderr
     assert len(traced_calls(out, "step")) > 100
 
 
 def test_a_trace_ended_by_os_exit_writes_its_file_and_keeps_the_status(tmp_path):
     program = "import os\ndef step():\n    pass\nfor _ in range(50):\n    step()\nos._exit(3)\n"
-    proc, out = start_trace(tmp_path, program)
+    proc, out = start(tmp_path, program, "trace")
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 3, stderr
     assert len(traced_calls(out, "step")) == 50
