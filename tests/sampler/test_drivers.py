@@ -95,7 +95,9 @@ def test_a_timer_the_host_sets_after_the_python_engine_started_is_left_alone(tmp
         [sys.executable, str(script)], env=env(), capture_output=True, text=True, timeout=60
     )
     fired = done.stdout.strip()
-    assert fired != "never" and 1.4 <= float(fired) <= 1.8, (fired, done.stderr[-1000:])
+    # Its handler runs once the main thread has the GIL: on a loaded machine, up to 1.9 s of
+    # the process's CPU was seen (its threads count too); a cancelled limit never fires.
+    assert fired != "never" and 1.4 <= float(fired) <= 2.5, (fired, done.stderr[-1000:])
 
 
 def test_started_off_the_main_thread_falls_back_to_the_thread_driver(caplog):
