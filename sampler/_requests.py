@@ -57,7 +57,14 @@ UNMATCHED = "[unmatched]"
 MAX_SLOW_STACKS = 5000
 # Requests waiting for the recorder; past that they are dropped (and counted).
 MAX_PENDING = 100_000
-PERIOD = 0.2
+# The recorder's thread wakes this often and counts what waits. A wake costs ~150-300 us of its
+# thread's CPU on these VMs whatever the batch (the wake and the GIL, the engine's catch-up for
+# the slow requests' stacks, a split chunk, cold caches), so at 1,000 requests a second a 0.2 s
+# period cost ~1 us a request more than 0.5 s (docs/worst-cases.md). A reader counts what waits
+# first, so /requests.json is as fresh; what waits is bounded by MAX_PENDING, and the slow
+# requests' samples must still be in the engine's recent ones (RECENT_SAMPLES, ~10 s of 8 busy
+# threads) PERIOD after they end.
+PERIOD = 0.5
 # The thread goes after this long without requests (it costs nothing much while it waits, and a
 # thread that comes and goes churns the engines' thread lists).
 IDLE_EXIT = 60.0
