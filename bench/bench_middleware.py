@@ -38,6 +38,8 @@ from pathlib import Path
 import appservers
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from sampler._requests import PERIOD as RECORDER_PERIOD  # noqa: E402
 
 APPS = {
     "flask": r"""
@@ -215,7 +217,7 @@ def measure(server: Server, rate: float, seconds: float) -> tuple[float, int, fl
         text=True,
         check=True,
     )
-    time.sleep(0.3)  # the last answers' close and the recorder's batch
+    time.sleep(RECORDER_PERIOD + 0.3)  # the last answers' close and the recorder's batch
     after, elapsed = server.threads_ns(), time.monotonic() - started
     spent = sum(after.values()) - sum(before.values())
     own = sum(after.get(n, 0) - before.get(n, 0) for n in OWN_THREADS) / 1e9 / elapsed * 100

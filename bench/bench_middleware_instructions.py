@@ -11,9 +11,9 @@ stalls off (the watcher's cost is bench/bench_watcher.py's), under ``valgrind
 requests less a run of none, divided by the requests, the objects of the warm-up frozen out
 of the collector's way. Per framework three apps: bare, the middleware (its C parts where the
 native extension is built) and its Python fallback. The request's thread only: the recorder's
-thread is kept off and its queue emptied every 200 requests, as the thread would take it.
-Then the recorder's own work: batches of 200 finished requests (1,000 requests a second, its
-0.2 s period), counted less building them. Printed beside the bare request, as ratios.
+thread is kept off and its queue emptied every 500 requests, as the thread would take it.
+Then the recorder's own work: batches of 500 finished requests (1,000 requests a second, its
+0.5 s period), counted less building them. Printed beside the bare request, as ratios.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ def start_response(status, headers, exc_info=None):
 
 def run(n):
     for i in range(n):
-        if i % 200 == 0:
-            recorder.pending.clear()  # as the recorder's thread takes them, 5 times a second
+        if i % 500 == 0:
+            recorder.pending.clear()  # as the recorder's thread takes them, twice a second
         body = app.wsgi_app(dict(environ), start_response)
         for _ in body:
             pass
@@ -118,8 +118,8 @@ async def send(message):
 
 async def run(n):
     for i in range(n):
-        if i % 200 == 0:
-            recorder.pending.clear()  # as the recorder's thread takes them, 5 times a second
+        if i % 500 == 0:
+            recorder.pending.clear()  # as the recorder's thread takes them, twice a second
         await app(dict(scope), receive, send)
 
 
@@ -158,7 +158,7 @@ for _ in range(batches):
             "200 OK",
             "/items/1",
         )
-        for i in range(200)
+        for i in range(500)
     )
     if mode == "count":
         recorder.process()
@@ -202,7 +202,7 @@ def instructions(script: str, *args: str) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--batches", type=int, default=50, help="recorder batches of 200")
+    parser.add_argument("--batches", type=int, default=20, help="recorder batches of 500")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
@@ -221,7 +221,7 @@ def main() -> None:
             zip(jobs, pool.map(lambda job: instructions(*job), jobs.values()), strict=True)
         )
     recorder = (counted[("recorder", "count", 0)] - counted[("recorder", "build", 0)]) / (
-        200 * args.batches
+        500 * args.batches
     )
     names = {
         "Flask": ("WSGIMiddleware", "PythonWSGIMiddleware"),
@@ -247,7 +247,7 @@ def main() -> None:
             f"    together, {names[framework][0]:<16} {together:>9,.0f} a request with the "
             f"recorder's ({together / bare:.3f}x a bare request)"
         )
-    print(f"  the recorder's thread          {recorder:>9,.0f} a request, in batches of 200")
+    print(f"  the recorder's thread          {recorder:>9,.0f} a request, in batches of 500")
 
 
 if __name__ == "__main__":
