@@ -1,5 +1,5 @@
-"""`python -m sampler run` writes its files when the program ends early: os._exit, SIGTERM,
-SIGHUP (until 2026-11-29 it wrote nothing then)."""
+"""`python -m sampler run` and `trace` write their files when the program calls os._exit (until
+2026-11-29 they wrote nothing then), and never hang or change how a signal ends it."""
 
 import json
 import signal
@@ -61,29 +61,6 @@ def worked(out, name="work"):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
-def test_a_run_killed_by_a_signal_writes_its_file_and_dies_of_the_signal(tmp_path, engine, signum):
-    proc, out = start(tmp_path, UNTIL_KILLED, "run", "--engine", engine)
-    stderr = killed_while_working(proc, signum, 0.5)
-    assert proc.returncode == -signum, stderr
-    assert worked(out) >= 5, out.read_text()
-
-
-def test_the_programs_own_handler_is_left_alone(tmp_path):
-    program = """
-import signal, sys
-signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))
-print("working", flush=True)
-while True:
-    sum(range(1000))
-"""
-    proc, out = start(tmp_path, program, "run")
-    stderr = killed_while_working(proc, signal.SIGTERM, 0.3)
-    assert proc.returncode == 7, stderr
-    assert worked(out, "<module>") >= 1, out.read_text()
-
-
-@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("where", ["main module", "thread after the main module returned"])
 def test_os_exit_writes_the_file_first_and_keeps_its_status(tmp_path, engine, where):
     program = """
@@ -99,6 +76,31 @@ def work():
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 3, stderr
     assert worked(out) >= 10, out.read_text()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_signal_ends_the_run_at_once_as_it_ends_the_program(tmp_path, signum):
+    # Caught to write the files (a version of 2026-11-29), a signal landing as the main thread
+    # began waiting on a lock was never handled, and the run hung; its default is kept.
+    program = UNTIL_KILLED.replace("\nwork()", "\nthreading.Thread(target=work).start()")
+    proc, _ = start(tmp_path, "import threading\n" + program, "run")
+    stderr = killed_while_working(proc, signum, 0.2)
+    assert proc.returncode == -signum, stderr
+
+
+def test_os_exit_holding_a_lock_the_write_needs_exits_without_the_files(tmp_path):
+    # As in a signal handler that interrupted the sampler: the write waits aside, the exit not.
+    program = """
+import os
+import sampler
+from sampler import _run_end
+_run_end.WRITE_WAIT = 0.5
+with sampler._process.running()._lock:
+    os._exit(3)
+"""
+    proc, _ = start(tmp_path, program, "run")
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 3, stderr
 
 
 def test_a_forked_child_ending_early_writes_nothing_and_ends_as_it_would(tmp_path):
@@ -130,42 +132,10 @@ parent_work()
     assert worked(out, "parent_work") >= 5, out.read_text()
 
 
-def test_a_signal_during_the_runs_own_write_ends_the_run_after_it(tmp_path):
-    # The signal lands in the write itself: the write finishes, then the process dies of it.
-    script = tmp_path / "end.py"
-    written = tmp_path / "written"
-    script.write_text(f"""
-import os, signal
-from sampler._run_end import RunEnd
-def write():
-    os.kill(os.getpid(), signal.SIGTERM)  # its handler runs at the next bytecode: here
-    open({str(written)!r}, "w").write("whole")
-end = RunEnd(write)
-end.install()
-end.write()
-print("not reached")
-""")
-    proc = subprocess.Popen([sys.executable, str(script)], env=env(), stdout=subprocess.PIPE)
-    stdout, _ = proc.communicate(timeout=60)
-    assert proc.returncode == -signal.SIGTERM
-    assert written.read_text() == "whole"
-    assert b"not reached" not in stdout
-
-
 def traced_calls(out, name):
     """The trace's complete or begin events of functions named ``name``."""
     events = json.loads(out.read_text())["traceEvents"]
     return [e for e in events if e.get("name", "").endswith(name) and e.get("ph") in "XB"]
-
-
-def test_a_trace_killed_by_sigterm_writes_its_file_and_dies_of_it(tmp_path):
-    program = UNTIL_KILLED.replace("sum(range(1000))", "step()").replace(
-        "def work", "def step():\n    pass\ndef work"
-    )
-    proc, out = start(tmp_path, program, "trace")
-    stderr = killed_while_working(proc, signal.SIGTERM, 0.3)
-    assert proc.returncode == -signal.SIGTERM, stderr
-    assert len(traced_calls(out, "step")) > 100
 
 
 def test_a_trace_ended_by_os_exit_writes_its_file_and_keeps_the_status(tmp_path):
