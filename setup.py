@@ -66,6 +66,7 @@ def native_extensions() -> list[Extension]:
         "asgi_await",
         "asgi_request",
         "asgi_route",
+        "timed",
         "function_numbers",
         "function_files",
     ]

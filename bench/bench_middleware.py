@@ -392,26 +392,39 @@ def in_process(rounds: int) -> None:
         "us in a later one (sketches, p99, slow requests' stacks)"
     )
 
-    # A timed call (an event-loop callback, a request), as the stall watcher wraps it.
+    # A timed call (an event-loop callback's Handle._run, a request), as the stall watcher
+    # wraps it: the extension's TimedCall where it is built, and the Python wrapper.
     from sampler._stalls import _timed
 
-    def callback() -> None:
-        return None
+    class Handle:
+        def _run(self) -> None:
+            return None
 
+    bare_run = Handle._run
     s = sampler.start(port="none", interval=0.01)
     try:
-        wrapped_callback = _timed(callback, "event-loop", s.stalls, lambda args: "")
-        bare, timed = [], []
+        wrappers = {
+            "bare": bare_run,
+            "timed": s.stalls._timed(bare_run, "event-loop", lambda args: ""),
+            "timed (Python)": _timed(bare_run, "event-loop", s.stalls, lambda args: ""),
+        }
+        handle = Handle()
+        took: dict[str, list[float]] = {name: [] for name in wrappers}
         for _ in range(rounds):
-            for target, into in ((callback, bare), (wrapped_callback, timed)):
+            for name, method in wrappers.items():
+                Handle._run = method  # type: ignore[method-assign]
                 started = time.thread_time_ns()
                 for _ in range(100_000):
-                    target()
-                into.append((time.thread_time_ns() - started) / 1e3 / 100_000)
+                    handle._run()
+                took[name].append((time.thread_time_ns() - started) / 1e3 / 100_000)
     finally:
         sampler.stop()
-    b, t = statistics.median(bare), statistics.median(timed)
-    print(f"  a call timed for stalls: {b:.3f} us bare, {t:.3f} us timed: +{t - b:.3f} us a call")
+    b, t, tp = (statistics.median(took[name]) for name in wrappers)
+    kind = "C" if type(wrappers["timed"]).__name__ == "TimedCall" else "Python"
+    print(
+        f"  a call timed for stalls: {b:.3f} us bare, {t:.3f} us timed ({kind}): +{t - b:.3f} us "
+        f"a call; the Python wrapper {tp:.3f} us: +{tp - b:.3f} us"
+    )
 
     tracemalloc.start()
     before = tracemalloc.take_snapshot()

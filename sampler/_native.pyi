@@ -58,6 +58,23 @@ class StatusSend:
     def __init__(self, send: Callable[[Any], Any], state: list[Any], /) -> None: ...
     def __call__(self, message: Any, /) -> Any: ...
 
+class TimedCall:
+    __wrapped__: Any
+    __fleetflame_timed__: bool
+    def __init__(
+        self,
+        original: Any,
+        kind: str,
+        running: dict[int, tuple[str, float]],
+        watcher: Any,
+        limit: str,
+        finished: Callable[[str, int, float, float, str], Any],
+        describe: Callable[[tuple[Any, ...]], str],
+        /,
+    ) -> None: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+    def __get__(self, instance: Any, owner: Any = None) -> Any: ...
+
 class RouteTag:
     def __init__(self, frame: Any, /) -> None: ...
     def route(self, route: str, /) -> int: ...

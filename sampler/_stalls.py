@@ -11,7 +11,8 @@ Three kinds, watched from the moment the sampler starts, with no change to the h
 
 Callbacks and requests are timed exactly, by wrapping ``asyncio.events.Handle._run`` and the
 servers' request handling methods once their modules are loaded: two clock reads each (uvloop's
-handles are not seen). The wrappers share one code object, which the engines leave out of every
+handles are not seen): the extension's C type TimedCall where it is built (no frame at all),
+else a Python wrapper; those share one code object, which the engines leave out of every
 walk, so no profile shows them. The watcher reads the stack of every thread whose call is
 within its lead of its threshold or past it, then at every period while it runs (``wall``
 samples: a thread blocked in a system call uses no CPU, so only these show where it waits), so

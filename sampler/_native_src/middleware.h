@@ -79,6 +79,9 @@ int recorder_hand_over(PyObject *recorder, PyObject *finished, Py_ssize_t max_pe
 
 extern PyTypeObject RoutedAttributeType;
 
+/* The stall watcher's timing of a call (timed.c). */
+extern PyTypeObject TimedCallType;
+
 /* -- what they share (middleware.c) --------------------------------------------------------- */
 
 extern PyObject *str_pending, *str_awake, *str_finish, *str_route_name, *str_close;

@@ -38,8 +38,11 @@ def stack_with(stacks, name):
     return sum(count for stack, count in stacks.items() if name in stack)
 
 
+@pytest.mark.parametrize("timing", ["C", "Python"])
 @pytest.mark.parametrize("engine", ENGINES)
-def test_an_event_loop_blocked_or_busy_is_a_stall_with_its_stack(engine):
+def test_an_event_loop_blocked_or_busy_is_a_stall_with_its_stack(engine, timing, monkeypatch):
+    if timing == "Python":  # the wrapper where the extension is not built
+        monkeypatch.setenv("FLEETFLAME_PYTHON_TIMING", "1")
     took = []  # each planted step's own wall time: the truth (a loaded machine stretches CPU)
 
     async def blocking_io():
