@@ -72,8 +72,16 @@ def stop() -> None:
     # engine whose process-wide state (timers, tag table) this stop would then tear down.
     with _start_lock:
         sampler, _running = _running, None
+        if sampler is not None and sampler.instance["pid"] != os.getpid():
+            # Forked without Python's fork hooks (uWSGI's workers without py-call-osafterfork):
+            # its threads are the parent's, and stopping joined each for 5 s at exit (35 s).
+            return
         if sampler is not None:
             sampler.stop()
+
+
+# What _before_fork took: (the sampler whose lock it holds, whether it ran).
+_held_for_fork: tuple[Sampler | None, bool] = (None, False)
 
 
 def running() -> Sampler | None:
@@ -96,25 +104,38 @@ def start_from_env() -> Sampler | None:
 
 
 def _before_fork() -> None:
+    global _held_for_fork
     _start_lock.acquire()
     sampler = _running
     if sampler is not None:
         # The child must not inherit the lock taken, nor counts half copied.
         sampler._lock.acquire()
+    _held_for_fork = sampler, True
 
 
 def _after_fork_parent() -> None:
-    sampler = _running
-    if sampler is not None:
-        sampler._lock.release()
-    _start_lock.release()
+    _release_for_fork(in_child=False)
 
 
 def _after_fork_child() -> None:
     try:
         _restart_in_child()
     finally:
-        _start_lock.release()
+        _release_for_fork(in_child=True)
+
+
+def _release_for_fork(in_child: bool) -> None:
+    """Releases what _before_fork took, if it ran: uWSGI forks in C and calls only the child's
+    hook (py-call-osafterfork), which released locks never taken (a RuntimeError at every
+    worker's start). The child's sampler has a lock of its own (_restart_in_child)."""
+    global _held_for_fork
+    sampler, held = _held_for_fork
+    _held_for_fork = None, False
+    if not held:
+        return
+    if sampler is not None and not in_child:
+        sampler._lock.release()
+    _start_lock.release()
 
 
 def _restart_in_child() -> None:

@@ -7,7 +7,9 @@
 #include <errno.h>
 #include <math.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAX_DEPTH 4096
 #define MIN_INTERVAL 1e-4 /* seconds */
@@ -58,6 +60,14 @@ PyObject *native_start(PyObject *module, PyObject *args, PyObject *kwargs)
         (uint64_t)ring_bytes < 4 * (sizeof(record_head) + (uint64_t)max_depth * sizeof(record_frame))) {
         PyErr_SetString(PyExc_ValueError, "bad native engine settings");
         return NULL;
+    }
+    /* A process forked without PyOS_AfterFork_Child (uWSGI's workers without
+     * py-call-osafterfork) keeps its parent's thread id in the thread state, and every timer
+     * made for it failed (timer_create: EINVAL): correct it, as that function would have. */
+    PyThreadState *current = PyThreadState_Get();
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    if ((pid_t)current->native_thread_id != tid) {
+        current->native_thread_id = (unsigned long)tid;
     }
     wait_for_handlers();
     if (ring.data == NULL || ring.capacity != (uint64_t)ring_bytes) {

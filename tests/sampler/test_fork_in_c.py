@@ -1,0 +1,88 @@
+"""A process forked in C, as uWSGI forks its workers: without Python's fork hooks (lazy apps:
+the sampler starts in the child), or with only the child's (py-call-osafterfork)."""
+
+import subprocess
+import sys
+
+import pytest
+from samplerhelpers import ENGINES, env
+
+pytestmark = pytest.mark.parallel  # counts of a 0.5 s spin, far from the bounds asked
+
+# fork() through ctypes.PyDLL keeps the GIL held, as uWSGI's master holds it.
+PRELUDE = """
+import ctypes, os, sys, time
+import sampler
+
+def spin(seconds):
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+def fork_in_c():
+    return ctypes.PyDLL(None).fork()
+"""
+
+
+def run(code):
+    return subprocess.run(
+        [sys.executable, "-c", PRELUDE + code],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_sampler_started_in_a_child_forked_in_c_samples(engine):
+    # The thread state kept the parent's thread id, and the native engine's timers all failed.
+    done = run(f"""
+pid = fork_in_c()
+if pid == 0:
+    s = sampler.start(port="none", engine={engine!r})
+    spin(0.5)
+    total = s.table.total
+    sampler.stop()
+    os._exit(0 if total >= 20 else 1)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+""")
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_child_forked_in_c_stops_the_parents_sampler_at_once():
+    # Its threads are the parent's: stop() joined each for 5 s (35 s at a uWSGI worker's exit).
+    done = run("""
+sampler.start(port=0)
+pid = fork_in_c()
+if pid == 0:
+    started = time.monotonic()
+    sampler.stop()
+    os._exit(0 if time.monotonic() - started < 2 else 1)
+_, status = os.waitpid(pid, 0)
+sampler.stop()
+sys.exit(os.waitstatus_to_exitcode(status))
+""")
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_childs_fork_hook_alone_releases_nothing_it_did_not_take():
+    # uWSGI's py-call-osafterfork calls PyOS_AfterFork_Child without PyOS_BeforeFork: the
+    # hook released locks never taken ("cannot release un-acquired lock" at each worker).
+    done = run("""
+sampler.start(port="none")
+pid = fork_in_c()
+if pid == 0:
+    ctypes.pythonapi.PyOS_AfterFork_Child()
+    s = sampler._process.running()
+    spin(0.5)
+    ok = s is not None and s.instance["pid"] == os.getpid() and s.table.total >= 20
+    sampler.stop()
+    os._exit(0 if ok else 1)
+_, status = os.waitpid(pid, 0)
+sampler.stop()
+sys.exit(os.waitstatus_to_exitcode(status))
+""")
+    assert done.returncode == 0, done.stderr
+    assert "RuntimeError" not in done.stderr, done.stderr
