@@ -8,7 +8,10 @@ A signal sent to the process goes to any one of its threads that does not block 
 whose handler must interrupt its own thread's wait missed it when it landed on ours: a uWSGI
 worker stayed in ``epoll_wait`` after SIGTERM until it was killed 30 s later. Our threads block
 every signal but the synchronous ones (a fault is its own thread's) and SIGPROF (the sampling
-timer's, which the python engine's driver may take on any thread).
+timer's, which the python engine's driver may take on any thread). Under gevent's or
+eventlet's monkey patching a thread started is a greenlet on the host's OS thread, and blocking
+there blocked SIGTERM for the whole worker (a gunicorn gevent worker took 20 s to stop): the
+set-up is skipped.
 """
 
 from __future__ import annotations
@@ -30,9 +33,19 @@ _KEPT = {
 
 def own_thread() -> None:
     """Sets up the calling thread as one of the sampler's: host signals blocked, then named
-    (so that a thread the OS shows by our name blocks them already)."""
+    (so that a thread the OS shows by our name blocks them already). Not under green threads
+    (see green_threads): a "thread" is then a greenlet on the host's own OS thread."""
+    if green_threads() is not None:
+        return
     block_host_signals()
     name_os_thread()
+
+
+def green_threads() -> str | None:
+    """The module that took over starting threads (gevent's or eventlet's monkey patching:
+    ``gevent.thread``), or None while a thread is an OS thread."""
+    module = getattr(getattr(threading, "_start_new_thread", None), "__module__", None)
+    return module if isinstance(module, str) and module != "_thread" else None
 
 
 def block_host_signals() -> None:

@@ -15,6 +15,7 @@ import threading
 from . import _exec, _settings
 from ._core import Sampler, SamplerError
 from ._log import log
+from ._osthread import green_threads
 from .settings import is_loopback
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
@@ -34,6 +35,13 @@ def start(**overrides: Any) -> Sampler:
     with _start_lock:
         if _running is not None:
             return _running
+        green = green_threads()
+        if green is not None:
+            raise SamplerError(
+                f"threads are {green}'s greenlets here (gevent or eventlet monkey patching): "
+                "the sampler's threads would stop the process; start the sampler before "
+                "monkey patching (gunicorn: in post_fork, as deploy/gunicorn.conf.py does)"
+            )
         settings = _settings.resolve(overrides)
         _check_bounds(settings)
         host, token = settings["host"], settings["token"]
