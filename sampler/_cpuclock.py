@@ -27,11 +27,12 @@ def _after_fork_in_child() -> None:
     _forked[threading.get_ident()] = (threading.current_thread(), threading.get_native_id())
 
 
-def _note_a_fork_before_import() -> None:
-    # Imported in a child forked before (a gunicorn worker loading its app after the fork,
-    # from any of its threads): the thread that forked is the child's main thread, and may
-    # carry its parent's id. On Linux a child's main thread has the process's id; the stale
-    # one names no thread of this process.
+def note_a_fork() -> None:
+    """Corrects the main thread's kernel id where a fork left its parent's: run at import (a
+    gunicorn worker loading its app after the fork, from any of its threads) and at each
+    start (a process forked in C after the import, as uWSGI forks, where no fork hook ran)."""
+    # The thread that forked is the child's main thread, and may carry its parent's id. On
+    # Linux a child's main thread has the process's id; the stale one names no thread here.
     main = threading.main_thread()
     stale = getattr(main, "native_id", None)
     if AVAILABLE and stale is not None and stale != os.getpid():
@@ -41,7 +42,7 @@ def _note_a_fork_before_import() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-_note_a_fork_before_import()
+note_a_fork()
 
 
 def native_id_of(ident: int) -> int | None:

@@ -191,6 +191,10 @@ class NativeEngine:
         self._native.after_fork_child()  # first: it frees the tag tables
         _labels.use_native(None)
 
+    def forget_inherited(self) -> None:
+        """In a process forked in C (no fork hooks ran): as after a fork (nothing joined)."""
+        self.after_fork_in_child()
+
     def catch_up(self) -> None:
         """Counts what was sampled so far (called holding the sampler's lock)."""
         with self._sampler.budget.measure() as block:

@@ -12,7 +12,7 @@ import sys
 import threading
 from types import FrameType
 
-from ._drivers import make_driver
+from ._drivers import SignalDriver, make_driver
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
 if TYPE_CHECKING:
@@ -62,6 +62,13 @@ class PythonEngine:
     def after_fork_in_child(self) -> None:
         """Stops the parent's driver in a forked child (a new engine starts after)."""
         self.driver.stop()
+
+    def forget_inherited(self) -> None:
+        """In a process forked in C (no fork hooks ran), the parent's driver: its signal
+        handler put back, its threads (not here) not waited for."""
+        for driver in (self.driver, getattr(self.driver, "_signal", None)):
+            if isinstance(driver, SignalDriver):
+                driver.stop()
 
     def catch_up(self) -> None:
         """Brings the counts up to date for a reader (called holding the sampler's lock)."""

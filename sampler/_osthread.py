@@ -42,10 +42,14 @@ def own_thread() -> None:
 
 
 def green_threads() -> str | None:
-    """The module that took over starting threads (gevent's or eventlet's monkey patching:
-    ``gevent.thread``), or None while a thread is an OS thread."""
-    module = getattr(getattr(threading, "_start_new_thread", None), "__module__", None)
-    return module if isinstance(module, str) and module != "_thread" else None
+    """The module of gevent or eventlet that took over starting threads (their monkey
+    patching: ``gevent.thread``), or None while a thread is an OS thread. Only theirs: a
+    debugger (pydevd) wraps the same function and its threads are the OS's."""
+    for name in ("_start_new_thread", "_start_joinable_thread"):  # 3.13 starts by the second
+        module = getattr(getattr(threading, name, None), "__module__", None)
+        if isinstance(module, str) and module.startswith(("gevent", "eventlet")):
+            return module
+    return None
 
 
 def block_host_signals() -> None:

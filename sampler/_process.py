@@ -12,7 +12,7 @@ import atexit
 import os
 import threading
 
-from . import _exec, _settings
+from . import _cpuclock, _exec, _settings
 from ._core import Sampler, SamplerError
 from ._log import log
 from ._osthread import green_threads
@@ -33,6 +33,13 @@ def start(**overrides: Any) -> Sampler:
     """Starts sampling and the HTTP endpoint; returns the running Sampler (the same one twice)."""
     global _running, _exit_hook_installed
     with _start_lock:
+        if _running is not None and _running.instance["pid"] != os.getpid():
+            raise SamplerError(
+                "the sampler runs in the parent of this process, which forked it without "
+                "Python's fork hooks (uWSGI without py-call-osafterfork): a thread started "
+                "here could hang on a lock the parent's threads held; set py-call-osafterfork "
+                "(deploy/uwsgi/uwsgi.ini) or lazy-apps"
+            )
         if _running is not None:
             return _running
         green = green_threads()
@@ -44,6 +51,7 @@ def start(**overrides: Any) -> Sampler:
             )
         settings = _settings.resolve(overrides)
         _check_bounds(settings)
+        _cpuclock.note_a_fork()
         host, token = settings["host"], settings["token"]
         if settings["port"] is not None and not token and not is_loopback(host):
             raise _settings.ConfigError(
@@ -81,11 +89,27 @@ def stop() -> None:
     with _start_lock:
         sampler, _running = _running, None
         if sampler is not None and sampler.instance["pid"] != os.getpid():
-            # Forked without Python's fork hooks (uWSGI's workers without py-call-osafterfork):
-            # its threads are the parent's, and stopping joined each for 5 s at exit (35 s).
-            return
-        if sampler is not None:
+            _forget_inherited(sampler)
+        elif sampler is not None:
             sampler.stop()
+
+
+def _forget_inherited(sampler: Sampler) -> None:
+    """Forgets the sampler a process forked in C inherited (uWSGI's workers without
+    py-call-osafterfork: no fork hook ran). Its threads are the parent's and not here, so none
+    is waited for (stopping joined each for 5 s: 35 s at a worker's exit); its endpoint's socket
+    is closed, its wrappers taken off, its engine's process state (the native engine's, the
+    signal handler) put back. Nothing is started here: a thread started in such a child can
+    hang on a lock one of the parent's threads held at the fork (start() refuses)."""
+    try:
+        if sampler.server is not None:
+            sampler.server.close_inherited()
+            sampler.server = None
+        if sampler.stalls is not None:
+            sampler.stalls.after_fork_in_child()
+        sampler.engine.forget_inherited()
+    except Exception:  # noqa: BLE001 - never break the host
+        log.exception("fleetflame sampler: could not forget the parent's sampler")
 
 
 # What _before_fork took: (the sampler whose lock it holds, whether it ran).
@@ -159,6 +183,9 @@ def _restart_in_child() -> None:
         else:
             _running = None
             sampler._lock = threading.Lock()
+            if sampler.server is not None:  # the parent's listening socket is the parent's
+                sampler.server.close_inherited()
+                sampler.server = None
             # The parent's engine state (its timers, threads, locks) is not the child's.
             sampler.engine.after_fork_in_child()
             sampler.stop()

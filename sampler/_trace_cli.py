@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     except TraceError as exc:
         print(f"python -m sampler trace: {exc}", file=sys.stderr)
         return 2
-    RunEnd(tracer.close).install()  # os._exit, SIGTERM, SIGHUP: the file is written first
+    RunEnd(tracer.close).install()  # at os._exit, the file is written first
     try:
         if options.module:
             runpy.run_module(options.target, run_name="__main__", alter_sys=True)

@@ -86,3 +86,66 @@ sys.exit(os.waitstatus_to_exitcode(status))
 """)
     assert done.returncode == 0, done.stderr
     assert "RuntimeError" not in done.stderr, done.stderr
+
+
+def test_a_child_forked_in_c_refuses_to_start_over_the_parents_sampler_and_says_why():
+    # uWSGI's @postfork start() in a worker of a master running the sampler, without
+    # py-call-osafterfork: start() gave the parent's dead sampler; starting threads there
+    # anew hung on a lock a parent's thread held at the fork (seen with the python engine).
+    done = run("""
+from sampler import SamplerError
+parent = sampler.start(port="none")
+pid = fork_in_c()
+if pid == 0:
+    try:
+        sampler.start(port="none")
+        refused = False
+    except SamplerError as exc:
+        refused = "py-call-osafterfork" in str(exc)
+    started = time.monotonic()
+    sampler.stop()
+    os._exit(0 if refused and time.monotonic() - started < 2 else 1)
+_, status = os.waitpid(pid, 0)
+sampler.stop()
+sys.exit(os.waitstatus_to_exitcode(status))
+""")
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_thread_driver_samples_in_a_child_forked_in_c_after_the_import():
+    # The main thread kept its parent's kernel id: its CPU clock named no thread (0 samples).
+    done = run("""
+pid = fork_in_c()
+if pid == 0:
+    s = sampler.start(port="none", engine="python", driver="thread")
+    spin(0.5)
+    total = s.table.total
+    sampler.stop()
+    os._exit(0 if total >= 20 else 1)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+""")
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_child_that_does_not_follow_the_fork_lets_the_parents_port_go():
+    # follow_fork=False: the child kept the parent's listening socket, which then accepted
+    # connections nobody answered once the parent stopped.
+    done = run("""
+import socket
+s = sampler.start(port=0, follow_fork=False)
+port = int(s.url.rsplit(":", 1)[1])
+pid = os.fork()
+if pid == 0:
+    time.sleep(1.0)
+    os._exit(0)
+sampler.stop()
+try:
+    socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    refused = False
+except OSError:
+    refused = True
+os.waitpid(pid, 0)
+sys.exit(0 if refused else 1)
+""")
+    assert done.returncode == 0, done.stderr

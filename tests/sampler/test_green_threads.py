@@ -36,6 +36,22 @@ def test_threads_of_the_os_are_not_green():
     assert green_threads() is None
 
 
+def test_a_debuggers_wrapper_of_the_thread_start_is_not_green(monkeypatch):
+    # pydevd (VS Code, PyCharm) wraps it too: the sampler refused to start under a debugger.
+    def wrapped(function, args, kwargs=None):
+        return start_new_thread(function, args, kwargs)
+
+    wrapped.__module__ = "_pydev_bundle.pydev_monkey"
+    monkeypatch.setattr(threading, "_start_new_thread", wrapped)
+    assert green_threads() is None
+
+
+def test_python_3_13s_thread_start_is_looked_at_too(monkeypatch):
+    # 3.13 starts threads by _start_joinable_thread, which gevent patches there.
+    monkeypatch.setattr(threading, "_start_joinable_thread", start_new_thread, raising=False)
+    assert green_threads() == "gevent.thread"
+
+
 def test_the_sampler_refuses_to_start_on_green_threads_and_says_what_to_do(patched):
     # Started after gevent's patch_all(), the stall watcher's wait held the only OS thread and
     # start() never returned.
