@@ -21,6 +21,23 @@ def spin(seconds):
 
 def fork_in_c():
     return ctypes.PyDLL(None).fork()
+
+def in_child_forked_in_c(check):
+    # Exits with 0 if check() held in a child forked in C, else 1 (the parent's sampler
+    # stopped after).
+    pid = fork_in_c()
+    if pid == 0:
+        os._exit(0 if check() else 1)
+    _, status = os.waitpid(pid, 0)
+    sampler.stop()
+    sys.exit(os.waitstatus_to_exitcode(status))
+
+def sampled_here(**settings):
+    s = sampler.start(port="none", **settings)
+    spin(0.5)
+    total = s.table.total
+    sampler.stop()
+    return total >= 20
 """
 
 
@@ -37,32 +54,19 @@ def run(code):
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_sampler_started_in_a_child_forked_in_c_samples(engine):
     # The thread state kept the parent's thread id, and the native engine's timers all failed.
-    done = run(f"""
-pid = fork_in_c()
-if pid == 0:
-    s = sampler.start(port="none", engine={engine!r})
-    spin(0.5)
-    total = s.table.total
-    sampler.stop()
-    os._exit(0 if total >= 20 else 1)
-_, status = os.waitpid(pid, 0)
-sys.exit(os.waitstatus_to_exitcode(status))
-""")
+    done = run(f"in_child_forked_in_c(lambda: sampled_here(engine={engine!r}))")
     assert done.returncode == 0, done.stderr
 
 
 def test_a_child_forked_in_c_stops_the_parents_sampler_at_once():
     # Its threads are the parent's: stop() joined each for 5 s (35 s at a uWSGI worker's exit).
     done = run("""
-sampler.start(port=0)
-pid = fork_in_c()
-if pid == 0:
+def stops_at_once():
     started = time.monotonic()
     sampler.stop()
-    os._exit(0 if time.monotonic() - started < 2 else 1)
-_, status = os.waitpid(pid, 0)
-sampler.stop()
-sys.exit(os.waitstatus_to_exitcode(status))
+    return time.monotonic() - started < 2
+sampler.start(port=0)
+in_child_forked_in_c(stops_at_once)
 """)
     assert done.returncode == 0, done.stderr
 
@@ -71,18 +75,15 @@ def test_the_childs_fork_hook_alone_releases_nothing_it_did_not_take():
     # uWSGI's py-call-osafterfork calls PyOS_AfterFork_Child without PyOS_BeforeFork: the
     # hook released locks never taken ("cannot release un-acquired lock" at each worker).
     done = run("""
-sampler.start(port="none")
-pid = fork_in_c()
-if pid == 0:
+def restarted_by_the_hook():
     ctypes.pythonapi.PyOS_AfterFork_Child()
     s = sampler._process.running()
     spin(0.5)
     ok = s is not None and s.instance["pid"] == os.getpid() and s.table.total >= 20
     sampler.stop()
-    os._exit(0 if ok else 1)
-_, status = os.waitpid(pid, 0)
-sampler.stop()
-sys.exit(os.waitstatus_to_exitcode(status))
+    return ok
+sampler.start(port="none")
+in_child_forked_in_c(restarted_by_the_hook)
 """)
     assert done.returncode == 0, done.stderr
     assert "RuntimeError" not in done.stderr, done.stderr
@@ -93,38 +94,24 @@ def test_a_child_forked_in_c_refuses_to_start_over_the_parents_sampler_and_says_
     # py-call-osafterfork: start() gave the parent's dead sampler; starting threads there
     # anew hung on a lock a parent's thread held at the fork (seen with the python engine).
     done = run("""
-from sampler import SamplerError
-parent = sampler.start(port="none")
-pid = fork_in_c()
-if pid == 0:
+def refused_and_stopped():
     try:
         sampler.start(port="none")
         refused = False
-    except SamplerError as exc:
+    except sampler.SamplerError as exc:
         refused = "py-call-osafterfork" in str(exc)
     started = time.monotonic()
     sampler.stop()
-    os._exit(0 if refused and time.monotonic() - started < 2 else 1)
-_, status = os.waitpid(pid, 0)
-sampler.stop()
-sys.exit(os.waitstatus_to_exitcode(status))
+    return refused and time.monotonic() - started < 2
+sampler.start(port="none")
+in_child_forked_in_c(refused_and_stopped)
 """)
     assert done.returncode == 0, done.stderr
 
 
 def test_the_thread_driver_samples_in_a_child_forked_in_c_after_the_import():
     # The main thread kept its parent's kernel id: its CPU clock named no thread (0 samples).
-    done = run("""
-pid = fork_in_c()
-if pid == 0:
-    s = sampler.start(port="none", engine="python", driver="thread")
-    spin(0.5)
-    total = s.table.total
-    sampler.stop()
-    os._exit(0 if total >= 20 else 1)
-_, status = os.waitpid(pid, 0)
-sys.exit(os.waitstatus_to_exitcode(status))
-""")
+    done = run('in_child_forked_in_c(lambda: sampled_here(engine="python", driver="thread"))')
     assert done.returncode == 0, done.stderr
 
 
