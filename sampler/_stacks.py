@@ -9,7 +9,6 @@ between ticks, are here.
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -174,7 +173,7 @@ class StackTable:
 
     def thread_root(self, ident: int) -> int:
         """Returns the id of the root frame naming a thread, ``[thread:NAME]``."""
-        thread = threading._active.get(ident)  # type: ignore[attr-defined]
+        thread = _cpuclock.thread_of(ident)
         name = thread.name if thread is not None else str(ident)
         return self.intern(thread_frame(name))
 
@@ -193,7 +192,7 @@ class StackTable:
         wall_weight = (now - self._last_wall) / interval
         self._last_wall = now
         added = 0
-        me = threading.get_ident()
+        me = _cpuclock.os_thread_ident()  # sys._current_frames' key, whoever patched threading
         cpu_clocks, wall_clocks = self.cpu_clocks, self.wall_clocks
         waiting = False
         for ident, frame in frames.items():

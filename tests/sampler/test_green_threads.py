@@ -66,3 +66,40 @@ def test_own_thread_leaves_the_hosts_os_thread_alone_on_green_threads(patched):
     own_thread()
     assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before
     assert signal.SIGTERM not in before
+
+
+def test_the_python_engine_started_before_patching_samples_the_main_greenlet():
+    # gevent's patch makes threading's get_ident the greenlet's id and keys threading's table
+    # by it: the python engine read no CPU clock for the main thread (3 samples in 6 s).
+    import subprocess
+    import sys
+
+    from samplerhelpers import env
+
+    program = """
+import _thread, threading, time
+import sampler
+s = sampler.start(port="none", engine="python", mode="cpu")
+main = threading.main_thread()
+real, fake = main.ident, 12345
+# As gevent's patch does: the main thread's get_ident is its greenlet's, the table re-keyed.
+os_ident = _thread.get_ident
+threading.get_ident = lambda: fake if os_ident() == real else os_ident()
+del threading._active[real]
+threading._active[fake] = main
+main._ident = fake
+end = time.thread_time() + 1.0
+while time.thread_time() < end:
+    pass
+print(s.table.total)
+threading._active[real] = main
+del threading._active[fake]
+main._ident = real
+threading.get_ident = os_ident
+sampler.stop()
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=env(), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) >= 30, done.stdout
