@@ -394,7 +394,7 @@ def in_process(rounds: int) -> None:
 
     # A timed call (an event-loop callback's Handle._run, a request), as the stall watcher
     # wraps it: the extension's TimedCall where it is built, and the Python wrapper.
-    from sampler._stalls import _timed
+    from sampler._stall_timing import python_timed, timed
 
     class Handle:
         def _run(self) -> None:
@@ -405,8 +405,8 @@ def in_process(rounds: int) -> None:
     try:
         wrappers = {
             "bare": bare_run,
-            "timed": s.stalls._timed(bare_run, "event-loop", lambda args: ""),
-            "timed (Python)": _timed(bare_run, "event-loop", s.stalls, lambda args: ""),
+            "timed": timed(bare_run, "event-loop", s.stalls, lambda args: ""),
+            "timed (Python)": python_timed(bare_run, "event-loop", s.stalls, lambda args: ""),
         }
         handle = Handle()
         took: dict[str, list[float]] = {name: [] for name in wrappers}

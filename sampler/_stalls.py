@@ -11,9 +11,7 @@ Three kinds, watched from the moment the sampler starts, with no change to the h
 
 Callbacks and requests are timed exactly, by wrapping ``asyncio.events.Handle._run`` and the
 servers' request handling methods once their modules are loaded: two clock reads each (uvloop's
-handles are not seen): the extension's C type TimedCall where it is built (no frame at all),
-else a Python wrapper; those share one code object, which the engines leave out of every
-walk, so no profile shows them. The watcher reads the stack of every thread whose call is
+handles are not seen; the wrappers are ``_stall_timing``'s), so no profile shows them. The watcher reads the stack of every thread whose call is
 within its lead of its threshold or past it, then at every period while it runs (``wall``
 samples: a thread blocked in a system call uses no CPU, so only these show where it waits), so
 a stall usually has one. The Python loop wakes every period (25 ms), its lead a period; the
@@ -26,7 +24,6 @@ the native engine keeps one). Stalls are kept in a bounded ring, served worst fi
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -35,6 +32,7 @@ from collections import deque
 from ._log import log
 from ._osthread import own_thread
 from ._stall_kinds import TIMED, gil_what
+from ._stall_timing import limit_attribute, timed
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
 if TYPE_CHECKING:
@@ -165,22 +163,8 @@ class StallWatcher:
                 continue
             while getattr(original, "__fleetflame_timed__", False):  # one left: replaced
                 original = original.__wrapped__
-            setattr(owner, where[2], self._timed(original, kind, describe))
+            setattr(owner, where[2], timed(original, kind, self, describe))
             self._wrapped[where] = original
-
-    def _timed(self, original: Any, kind: str, describe: Any) -> Any:
-        """A wrapper of ``original`` that times each call (see _timed): the extension's C
-        type where it is built (~0.26 us less a call: every asyncio callback pays it)."""
-        if _native_timing():
-            from . import _native
-
-            limit = "request_threshold" if kind == "request" else "threshold"
-            return _native.TimedCall(
-                original, kind, self._running, self, limit, self.finished, describe
-            )
-        wrapper = _timed(original, kind, self, describe)
-        _hide(wrapper.__code__, self._sampler)
-        return wrapper
 
     def _unwrap_all(self) -> None:
         # The wrappers' code stays hidden: a call running one may be on a stack until it ends.
@@ -207,7 +191,7 @@ class StallWatcher:
 
     def limit(self, kind: str) -> float:
         """The threshold of a kind of call."""
-        return self.request_threshold if kind == "request" else self.threshold
+        return float(getattr(self, limit_attribute(kind)))
 
     @property
     def lead(self) -> float:
@@ -369,51 +353,6 @@ class StallWatcher:
             "next": next_id,
             "stalls": [s.document() for s in stalls],
         }
-
-
-def _native_timing() -> bool:
-    """Whether calls are timed by the extension's TimedCall (tests turn it off with
-    FLEETFLAME_PYTHON_TIMING=1 to check the Python wrapper)."""
-    if os.environ.get("FLEETFLAME_PYTHON_TIMING") == "1":
-        return False
-    try:
-        from . import _native
-    except ImportError:
-        return False
-    return hasattr(_native, "TimedCall")
-
-
-def _timed(original: Any, kind: str, watcher: StallWatcher, describe: Any) -> Any:
-    """Wraps a method so each call is timed; one past the threshold is a stall. Every wrapper
-    has this function's code object, which the engines hide from their walks."""
-    running = watcher._running
-    get_ident, monotonic = threading.get_ident, time.monotonic
-
-    def timed(*args: Any, **kwargs: Any) -> Any:
-        ident = get_ident()
-        outer = running.get(ident)
-        started = monotonic()
-        running[ident] = (kind, started)
-        try:
-            return original(*args, **kwargs)
-        finally:
-            if outer is None:
-                running.pop(ident, None)
-            else:
-                running[ident] = outer
-            elapsed = monotonic() - started
-            if elapsed > watcher.limit(kind):
-                watcher.finished(kind, ident, started, elapsed, describe(args))
-
-    timed.__wrapped__ = original  # type: ignore[attr-defined]
-    timed.__fleetflame_timed__ = True  # type: ignore[attr-defined]
-    return timed
-
-
-def _hide(code: Any, sampler: Sampler) -> None:
-    from ._stack_walk import hide_code
-
-    hide_code(code, sampler.engine.name)
 
 
 def _thread_name(ident: int | None) -> str:

@@ -1,9 +1,10 @@
-/* TimedCall, the stall watcher's timing of a call (sampler/_stalls.py's _timed in C): an
- * asyncio callback or a WSGI server's request, timed by two clock reads and kept in the
- * watcher's running dict (thread ident -> (kind, started)) while it runs; past its limit the
- * watcher is told. An asyncio service runs one for every callback of its loop (11 a request
- * over a new connection under uvicorn), so the Python closure's ~0.26 us each was most of
- * what stall watching cost it. Everything here runs under the GIL.
+/* TimedCall, the stall watcher's timing of a call in C (sampler/_stall_timing.py's
+ * python_timed is the same in Python): an asyncio callback or a WSGI server's request, timed
+ * by two clock reads and kept in the watcher's running dict (thread ident -> (kind, started))
+ * while it runs; past its limit the watcher is told. An asyncio service runs one for every
+ * callback of its loop (11 a request over a new connection under uvicorn), so the Python
+ * closure's ~0.26 us each was most of what stall watching cost it. Everything here runs under
+ * the GIL.
  */
 #include "middleware.h"
 #include "module.h"
@@ -210,7 +211,7 @@ PyTypeObject TimedCallType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
                 Py_TPFLAGS_METHOD_DESCRIPTOR,
     .tp_doc = "TimedCall(original, kind, running, watcher, limit, finished, describe): a method "
-              "timed for the stall watcher (sampler/_stalls.py's _timed in C).",
+              "timed for the stall watcher (sampler/_stall_timing.py's python_timed, in C).",
     .tp_traverse = (traverseproc)TimedCall_traverse,
     .tp_clear = (inquiry)TimedCall_clear,
     .tp_new = TimedCall_new,

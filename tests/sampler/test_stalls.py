@@ -83,7 +83,7 @@ def test_an_event_loop_blocked_or_busy_is_a_stall_with_its_stack(engine, timing,
         assert all(stack_with(st["stacks"]["cpu"], "busy_parse") > 0 for st in busy)
     # The callback timer is the sampler's own: no profile shows its frame (a sample may catch
     # sampler.start() itself, which is not the timer).
-    assert not [stack for stack in s.folded() if "sampler._stalls:_timed" in stack]
+    assert not [stack for stack in s.folded() if "sampler._stall_timing:python_timed" in stack]
 
 
 class Job:

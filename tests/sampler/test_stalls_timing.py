@@ -1,11 +1,11 @@
 """The stall watcher's timing of a call: the extension's TimedCall against the Python wrapper
-it stands for (sampler/_stalls.py's _timed), held to the same behaviour."""
+it stands for (sampler/_stall_timing.py's python_timed), held to the same behaviour."""
 
 import threading
 
 import pytest
 
-from sampler import _stalls
+from sampler import _stall_timing
 
 pytestmark = pytest.mark.parallel  # the calls' times are given, not measured
 
@@ -32,7 +32,7 @@ class Watcher:
 
 
 def python_timed(original, kind, watcher, describe):
-    return _stalls._timed(original, kind, watcher, describe)
+    return _stall_timing.python_timed(original, kind, watcher, describe)
 
 
 def native_timed(original, kind, watcher, describe):
