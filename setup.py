@@ -67,6 +67,7 @@ def native_extensions() -> list[Extension]:
         "asgi_request",
         "asgi_route",
         "timed",
+        "running_calls",
         "function_numbers",
         "function_files",
     ]

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 import urllib.request
 from pathlib import Path
 
@@ -402,11 +403,13 @@ def in_process(rounds: int) -> None:
 
     bare_run = Handle._run
     s = sampler.start(port="none", interval=0.01)
+    # The Python wrapper keeps its running calls in a dict: a watcher's parts with one.
+    python_table = types.SimpleNamespace(_running={}, _limits=s.stalls._limits, finished=print)
     try:
         wrappers = {
             "bare": bare_run,
             "timed": timed(bare_run, "event-loop", s.stalls, lambda args: ""),
-            "timed (Python)": python_timed(bare_run, "event-loop", s.stalls, lambda args: ""),
+            "timed (Python)": python_timed(bare_run, "event-loop", python_table, lambda args: ""),
         }
         handle = Handle()
         took: dict[str, list[float]] = {name: [] for name in wrappers}

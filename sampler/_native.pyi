@@ -58,6 +58,12 @@ class StatusSend:
     def __init__(self, send: Callable[[Any], Any], state: list[Any], /) -> None: ...
     def __call__(self, message: Any, /) -> Any: ...
 
+class RunningCalls:
+    def copy(self) -> dict[int, tuple[str, float]]: ...
+    def items(self) -> list[tuple[int, tuple[str, float]]]: ...
+    def set_limit(self, kind: str, seconds: float, /) -> None: ...
+    def __len__(self) -> int: ...
+
 class TimedCall:
     __wrapped__: Any
     __fleetflame_timed__: bool
@@ -65,9 +71,7 @@ class TimedCall:
         self,
         original: Any,
         kind: str,
-        running: dict[int, tuple[str, float]],
-        watcher: Any,
-        limit: str,
+        running: RunningCalls,
         finished: Callable[[str, int, float, float, str], Any],
         describe: Callable[[tuple[Any, ...]], str],
         /,

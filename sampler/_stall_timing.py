@@ -1,8 +1,8 @@
 """How the stall watcher times a call (an asyncio callback, a WSGI server's request): a wrapper
 that keeps the call in the watcher's running calls (thread ident -> (kind, started)) and tells
-the watcher of one past its limit. The extension's C type TimedCall where it is built
-(sampler/_native_src/timed.c: no frame at all, 0.11 us a call against 0.28), else the Python
-wrapper below, whose code the engines leave out of every walk.
+the watcher of one past its limit. The extension's C types where it is built
+(sampler/_native_src/timed.c and running_calls.c: no frame, no object a call), else the Python
+wrapper below and a dict, whose code the engines leave out of every walk.
 """
 
 from __future__ import annotations
@@ -18,25 +18,36 @@ if TYPE_CHECKING:
     from ._stalls import StallWatcher
 
 
-def limit_attribute(kind: str) -> str:
-    """The watcher's attribute holding a kind of call's limit (read at each call)."""
-    return "request_threshold" if kind == "request" else "threshold"
+class Limit:
+    """A watcher's limit for one kind of call, in seconds: an attribute whose value is kept in
+    the watcher's ``_limits`` (kind -> seconds, what the Python wrapper reads) and, for the C
+    timing, in its running calls' table, so a call reads no attribute."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def __get__(self, watcher: Any, owner: type | None = None) -> Any:
+        return self if watcher is None else watcher._limits[self.kind]
+
+    def __set__(self, watcher: Any, seconds: float) -> None:
+        seconds = float(seconds)
+        running = watcher._running  # the watcher makes it and _limits first
+        if not isinstance(running, dict):
+            running.set_limit(self.kind, seconds)
+        watcher._limits[self.kind] = seconds
+
+
+def running_calls() -> Any:
+    """A watcher's table of running calls: the C one where TimedCall is used, else a dict."""
+    native = _native()
+    return native.RunningCalls() if native is not None else {}
 
 
 def timed(original: Any, kind: str, watcher: StallWatcher, describe: Any) -> Any:
     """A wrapper of the method ``original`` that times each call: C where it is built (tests
     turn that off with FLEETFLAME_PYTHON_TIMING=1 to check the Python wrapper)."""
-    native = _native()
-    if native is not None:
-        return native.TimedCall(
-            original,
-            kind,
-            watcher._running,
-            watcher,
-            limit_attribute(kind),
-            watcher.finished,
-            describe,
-        )
+    if not isinstance(watcher._running, dict):
+        return _native().TimedCall(original, kind, watcher._running, watcher.finished, describe)
     wrapper = python_timed(original, kind, watcher, describe)
     from ._stack_walk import hide_code
 
@@ -57,7 +68,7 @@ def _native() -> Any:
 def python_timed(original: Any, kind: str, watcher: StallWatcher, describe: Any) -> Any:
     """Wraps a method so each call is timed; one past the threshold is a stall. Every wrapper
     has this function's code object, which the engines hide from their walks."""
-    running = watcher._running
+    running, limits = watcher._running, watcher._limits
     get_ident, monotonic = threading.get_ident, time.monotonic
 
     def timed(*args: Any, **kwargs: Any) -> Any:
@@ -73,7 +84,7 @@ def python_timed(original: Any, kind: str, watcher: StallWatcher, describe: Any)
             else:
                 running[ident] = outer
             elapsed = monotonic() - started
-            if elapsed > watcher.limit(kind):
+            if elapsed > limits[kind]:
                 watcher.finished(kind, ident, started, elapsed, describe(args))
 
     timed.__wrapped__ = original  # type: ignore[attr-defined]

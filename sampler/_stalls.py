@@ -32,7 +32,7 @@ from collections import deque
 from ._log import log
 from ._osthread import own_thread
 from ._stall_kinds import TIMED, gil_what
-from ._stall_timing import limit_attribute, timed
+from ._stall_timing import Limit, running_calls, timed
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
 if TYPE_CHECKING:
@@ -90,6 +90,9 @@ class Stall:
 class StallWatcher:
     """Watches the process for stalls and keeps the worst of them."""
 
+    threshold = Limit("event-loop")
+    request_threshold = Limit("request")
+
     def __init__(
         self,
         sampler: Sampler,
@@ -98,6 +101,10 @@ class StallWatcher:
         period: float = 0.025,
     ) -> None:
         self._sampler = sampler
+        # thread ident -> (kind, monotonic start) of the callback or request it runs now, and
+        # kind -> seconds: made first, as setting a limit sets it in both
+        self._running = running_calls()
+        self._limits: dict[str, float] = {}
         self.threshold = threshold
         self.request_threshold = request_threshold
         self.period = period
@@ -109,8 +116,6 @@ class StallWatcher:
         self._settled = threading.Condition(self._lock)
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        # thread ident -> (kind, monotonic start) of the callback or request it runs now
-        self._running: dict[int, tuple[str, float]] = {}
         # thread ident -> (the start of the call it was read in, its stacks read since, their
         # distinct texts: each kept once, and gone with the call's entry)
         self._wall: dict[int, tuple[float, list[tuple[float, str]], dict[str, str]]] = {}
@@ -191,7 +196,7 @@ class StallWatcher:
 
     def limit(self, kind: str) -> float:
         """The threshold of a kind of call."""
-        return float(getattr(self, limit_attribute(kind)))
+        return self._limits[kind]
 
     @property
     def lead(self) -> float:

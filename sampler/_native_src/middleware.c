@@ -60,8 +60,9 @@ int middleware_add_types(PyObject *module)
     zero = PyLong_FromLong(0);
     if (zero == NULL || PyType_Ready(&RouteTagType) < 0 || PyType_Ready(&WSGIRequestType) < 0 ||
         PyType_Ready(&WSGIWrapperType) < 0 || PyType_Ready(&RoutedAttributeType) < 0 ||
-        PyType_Ready(&TimedCallType) < 0 ||
+        PyType_Ready(&TimedCallType) < 0 || PyType_Ready(&RunningCallsType) < 0 ||
         PyModule_AddObjectRef(module, "TimedCall", (PyObject *)&TimedCallType) < 0 ||
+        PyModule_AddObjectRef(module, "RunningCalls", (PyObject *)&RunningCallsType) < 0 ||
         PyModule_AddObjectRef(module, "RoutedAttribute", (PyObject *)&RoutedAttributeType) < 0 ||
         PyModule_AddObjectRef(module, "RouteTag", (PyObject *)&RouteTagType) < 0 ||
         PyModule_AddObjectRef(module, "WSGIWrapper", (PyObject *)&WSGIWrapperType) < 0) {

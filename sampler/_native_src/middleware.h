@@ -79,8 +79,36 @@ int recorder_hand_over(PyObject *recorder, PyObject *finished, Py_ssize_t max_pe
 
 extern PyTypeObject RoutedAttributeType;
 
-/* The stall watcher's timing of a call (timed.c). */
-extern PyTypeObject TimedCallType;
+/* -- the stall watcher's timing of a call (timed.c) and the calls running (running_calls.c) */
+
+extern PyTypeObject TimedCallType, RunningCallsType;
+
+enum { KIND_EVENT_LOOP, KIND_REQUEST, KINDS };
+
+typedef struct {
+    unsigned long ident; /* the thread's, or 0: a free slot */
+    double started;      /* the monotonic clock as the call began */
+    int kind;
+} running_call;
+
+typedef struct {
+    PyObject_HEAD
+    running_call *slots;
+    Py_ssize_t used, capacity; /* slots from ``used`` on are free */
+    double limits[KINDS];      /* seconds: a call running longer is a stall */
+} RunningCalls;
+
+/* The kind a name stands for, or -1 with a ValueError set. */
+int running_kind(PyObject *name);
+/* The slot of the thread ``ident``: its own if it has one, else a free one (its ident 0);
+ * -1 with MemoryError set. Slots are named by index: the table may move as it grows. */
+Py_ssize_t running_slot(RunningCalls *running, unsigned long ident);
+/* Gives the slot at ``at`` back (its thread's outermost call ended). */
+void running_free(RunningCalls *running, Py_ssize_t at);
+int running_check(PyObject *object);
+/* As PyDict_Next over the calls running: 1 and the next one's thread, kind and start, or 0. */
+int running_next(PyObject *running, Py_ssize_t *pos, unsigned long *ident, int *kind,
+                 double *started);
 
 /* -- what they share (middleware.c) --------------------------------------------------------- */
 

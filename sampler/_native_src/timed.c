@@ -1,10 +1,10 @@
 /* TimedCall, the stall watcher's timing of a call in C (sampler/_stall_timing.py's
  * python_timed is the same in Python): an asyncio callback or a WSGI server's request, timed
- * by two clock reads and kept in the watcher's running dict (thread ident -> (kind, started))
- * while it runs; past its limit the watcher is told. An asyncio service runs one for every
- * callback of its loop (11 a request over a new connection under uvicorn), so the Python
- * closure's ~0.26 us each was most of what stall watching cost it. Everything here runs under
- * the GIL.
+ * by two clock reads and kept in the watcher's table of running calls (running_calls.c) while
+ * it runs; past its kind's limit the watcher is told. An asyncio service runs one for every
+ * callback of its loop (11 a request over a new connection under uvicorn): the Python
+ * closure cost ~0.26 us each, a dict entry from C ~0.1 us; this writes a slot, no object.
+ * Everything here runs under the GIL.
  */
 #include "middleware.h"
 #include "module.h"
@@ -14,129 +14,97 @@
 
 typedef struct {
     PyObject_HEAD
-    PyObject *original; /* the method timed */
-    PyObject *kind;     /* "event-loop" or "request" */
-    PyObject *running;  /* the watcher's running dict */
-    PyObject *watcher;  /* read for the limit at each call: tests and users may change it */
-    PyObject *limit;    /* the name of the watcher's attribute holding the limit (seconds) */
-    PyObject *finished; /* finished(kind, ident, started, elapsed, what) */
-    PyObject *describe; /* describe(args) -> what, on the host's thread, past the limit only */
-    PyObject *ident;    /* the last caller's thread ident as an int: an event loop's, mostly */
-    unsigned long ident_value;
+    PyObject *original;     /* the method timed */
+    PyObject *kind_name;    /* "event-loop" or "request" */
+    RunningCalls *running;  /* the watcher's running calls, and their limits */
+    PyObject *finished;     /* finished(kind, ident, started, elapsed, what) */
+    PyObject *describe;     /* describe(args) -> what, on the host's thread, past the limit only */
+    int kind;
     vectorcallfunc vectorcall;
 } TimedCall;
 
-/* Puts the running dict's entry for ``ident`` back as it was (``outer``, or none). */
-static int restore(PyObject *running, PyObject *ident, PyObject *outer)
-{
-    if (outer != NULL) {
-        return PyDict_SetItem(running, ident, outer);
-    }
-    if (PyDict_DelItem(running, ident) < 0) {
-        if (!PyErr_ExceptionMatches(PyExc_KeyError)) {
-            return -1;
-        }
-        PyErr_Clear();
-    }
-    return 0;
-}
-
-/* Tells the watcher of a call that ran ``elapsed`` seconds, if that is past its limit. */
-static int tell(TimedCall *self, PyObject *ident, double started, double elapsed,
+/* Tells the watcher of a call that ran past its limit, its error (if any) kept unless telling
+ * fails. */
+static int tell(TimedCall *self, unsigned long ident_value, double started, double elapsed,
                 PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *limit = PyObject_GetAttr(self->watcher, self->limit);
-    double seconds = limit == NULL ? -1.0 : PyFloat_AsDouble(limit);
-    Py_XDECREF(limit);
-    if (seconds == -1.0 && PyErr_Occurred()) {
-        return -1;
-    }
-    if (elapsed <= seconds) {
-        return 0;
-    }
-    PyObject *positional = PyTuple_New(nargs);
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyObject *ident = PyLong_FromUnsignedLong(ident_value);
+    PyObject *positional = ident == NULL ? NULL : PyTuple_New(nargs);
     for (Py_ssize_t i = 0; positional != NULL && i < nargs; i++) {
         Py_INCREF(args[i]);
         PyTuple_SET_ITEM(positional, i, args[i]);
     }
     PyObject *what = positional == NULL ? NULL : PyObject_CallOneArg(self->describe, positional);
     Py_XDECREF(positional);
-    if (what == NULL) {
+    PyObject *result = what == NULL ? NULL
+                                    : PyObject_CallFunction(self->finished, "OOddO",
+                                                            self->kind_name, ident, started,
+                                                            elapsed, what);
+    Py_XDECREF(what);
+    Py_XDECREF(ident);
+    Py_XDECREF(result);
+    if (result == NULL) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(traceback);
         return -1;
     }
-    PyObject *result = PyObject_CallFunction(self->finished, "OOddO", self->kind, ident, started,
-                                             elapsed, what);
-    Py_DECREF(what);
-    Py_XDECREF(result);
-    return result == NULL ? -1 : 0;
+    PyErr_Restore(type, value, traceback);
+    return 0;
 }
 
 static PyObject *TimedCall_vectorcall(TimedCall *self, PyObject *const *args, size_t nargsf,
                                       PyObject *kwnames)
 {
-    unsigned long ident_value = PyThread_get_thread_ident();
-    if (self->ident == NULL || self->ident_value != ident_value) {
-        PyObject *made = PyLong_FromUnsignedLong(ident_value);
-        if (made == NULL) {
-            return NULL;
-        }
-        Py_XSETREF(self->ident, made);
-        self->ident_value = ident_value;
+    RunningCalls *running = self->running;
+    unsigned long ident = PyThread_get_thread_ident();
+    Py_ssize_t at = running_slot(running, ident);
+    if (at < 0) {
+        return NULL;
     }
-    PyObject *ident = Py_NewRef(self->ident);
-    PyObject *outer = PyDict_GetItemWithError(self->running, ident);
-    Py_XINCREF(outer);
+    running_call outer = running->slots[at]; /* the thread's call this one runs in, if any */
     double started = monotonic_now();
-    PyObject *clock = PyErr_Occurred() ? NULL : PyFloat_FromDouble(started);
-    PyObject *entry = clock == NULL ? NULL : PyTuple_Pack(2, self->kind, clock);
-    Py_XDECREF(clock);
-    if (entry == NULL || PyDict_SetItem(self->running, ident, entry) < 0) {
-        Py_XDECREF(entry);
-        Py_XDECREF(outer);
-        Py_DECREF(ident);
-        return NULL;
-    }
-    Py_DECREF(entry);
+    running->slots[at] = (running_call){ident, started, self->kind};
     PyObject *result = PyObject_Vectorcall(self->original, args, nargsf, kwnames);
-    /* As the Python wrapper's `finally`: whatever the call did, its error kept unless the
-     * ending itself fails. */
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback);
-    int failed = restore(self->running, ident, outer) < 0 ||
-                 tell(self, ident, started, monotonic_now() - started, args,
-                      PyVectorcall_NARGS(nargsf)) < 0;
-    Py_XDECREF(outer);
-    Py_DECREF(ident);
-    if (failed) {
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(traceback);
-        Py_CLEAR(result);
-        return NULL;
+    double elapsed = monotonic_now() - started;
+    /* The slot is still the thread's (its nested calls gave it back as they found it); the
+     * table may have moved. */
+    if (outer.ident == ident) {
+        running->slots[at] = outer;
+    } else {
+        running_free(running, at);
     }
-    PyErr_Restore(type, value, traceback);
+    if (elapsed > running->limits[self->kind] &&
+        tell(self, ident, started, elapsed, args, PyVectorcall_NARGS(nargsf)) < 0) {
+        Py_CLEAR(result);
+    }
     return result;
 }
 
 static PyObject *TimedCall_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    PyObject *original, *kind, *running, *watcher, *limit, *finished, *describe;
+    PyObject *original, *kind_name, *running, *finished, *describe;
     if ((kwargs != NULL && !_PyArg_NoKeywords("TimedCall", kwargs)) ||
-        !PyArg_ParseTuple(args, "OUO!OUOO:TimedCall", &original, &kind, &PyDict_Type, &running,
-                          &watcher, &limit, &finished, &describe)) {
+        !PyArg_ParseTuple(args, "OUO!OO:TimedCall", &original, &kind_name, &RunningCallsType,
+                          &running, &finished, &describe)) {
+        return NULL;
+    }
+    int kind = running_kind(kind_name);
+    if (kind < 0) {
         return NULL;
     }
     TimedCall *self = (TimedCall *)type->tp_alloc(type, 0);
     if (self == NULL) {
         return NULL;
     }
-    PyObject **slots[] = {&self->original, &self->kind,     &self->running, &self->watcher,
-                          &self->limit,    &self->finished, &self->describe};
-    PyObject *given[] = {original, kind, running, watcher, limit, finished, describe};
-    for (size_t i = 0; i < sizeof(given) / sizeof(given[0]); i++) {
-        Py_INCREF(given[i]);
-        *slots[i] = given[i];
-    }
+    self->original = Py_NewRef(original);
+    self->kind_name = Py_NewRef(kind_name);
+    self->running = (RunningCalls *)Py_NewRef(running);
+    self->finished = Py_NewRef(finished);
+    self->describe = Py_NewRef(describe);
+    self->kind = kind;
     self->vectorcall = (vectorcallfunc)TimedCall_vectorcall;
     return (PyObject *)self;
 }
@@ -144,26 +112,20 @@ static PyObject *TimedCall_new(PyTypeObject *type, PyObject *args, PyObject *kwa
 static int TimedCall_traverse(TimedCall *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->original);
-    Py_VISIT(self->kind);
+    Py_VISIT(self->kind_name);
     Py_VISIT(self->running);
-    Py_VISIT(self->watcher);
-    Py_VISIT(self->limit);
     Py_VISIT(self->finished);
     Py_VISIT(self->describe);
-    Py_VISIT(self->ident);
     return 0;
 }
 
 static int TimedCall_clear(TimedCall *self)
 {
     Py_CLEAR(self->original);
-    Py_CLEAR(self->kind);
+    Py_CLEAR(self->kind_name);
     Py_CLEAR(self->running);
-    Py_CLEAR(self->watcher);
-    Py_CLEAR(self->limit);
     Py_CLEAR(self->finished);
     Py_CLEAR(self->describe);
-    Py_CLEAR(self->ident);
     return 0;
 }
 
@@ -210,8 +172,8 @@ PyTypeObject TimedCallType = {
     .tp_call = PyVectorcall_Call,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
                 Py_TPFLAGS_METHOD_DESCRIPTOR,
-    .tp_doc = "TimedCall(original, kind, running, watcher, limit, finished, describe): a method "
-              "timed for the stall watcher (sampler/_stall_timing.py's python_timed, in C).",
+    .tp_doc = "TimedCall(original, kind, running, finished, describe): a method timed for the "
+              "stall watcher (sampler/_stall_timing.py's python_timed, in C).",
     .tp_traverse = (traverseproc)TimedCall_traverse,
     .tp_clear = (inquiry)TimedCall_clear,
     .tp_new = TimedCall_new,

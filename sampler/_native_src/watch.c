@@ -7,7 +7,7 @@
  * machine's slow days, half of it the interpreter's (40 a second: 0.3% of a CPU); this loop
  * keeps those wakes in C and returns to Python only when there is work, or once a second.
  */
-#include "native.h"
+#include "middleware.h"
 #include "module.h"
 
 #include <string.h>
@@ -62,7 +62,7 @@ PyObject *gil_wait_result(double waited, gil_watch *watch)
 typedef struct {
     double period, threshold, request_threshold;
     Py_ssize_t modules_seen;
-    PyObject *running; /* thread ident -> (kind, monotonic start) of the call it runs */
+    PyObject *running; /* the calls running: a RunningCalls, or the Python wrapper's dict */
     PyObject *pending; /* stalls reported, waiting for the Python loop */
     PyObject *stopping; /* a threading.Event */
     PyObject *own;      /* its sampler's own threads' idents (_sampler._excluded), or NULL */
@@ -146,8 +146,9 @@ static int read_watched(PyObject *watcher, watched *w)
     }
     Py_DECREF(seen);
     w->own = read_own(watcher);
-    if (!PyDict_Check(w->running)) {
-        PyErr_SetString(PyExc_TypeError, "watch_wait(): the watcher's _running is not a dict");
+    if (!PyDict_Check(w->running) && !running_check(w->running)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "watch_wait(): the watcher's _running is not a dict or RunningCalls");
         release_watched(w);
         return -1;
     }
@@ -192,6 +193,19 @@ static int first_reading_time(const watched *w, double now, double longest, doub
 {
     *first = longest;
     Py_ssize_t pos = 0;
+    if (running_check(w->running)) { /* TimedCall's table: no object to read */
+        unsigned long thread;
+        int kind;
+        double started;
+        while (running_next(w->running, &pos, &thread, &kind, &started)) {
+            double limit = kind == KIND_REQUEST ? w->request_threshold : w->threshold;
+            double until = started + limit - lead(w) - now;
+            if (until < *first) {
+                *first = until;
+            }
+        }
+        return 0;
+    }
     PyObject *ident, *call;
     while (PyDict_Next(w->running, &pos, &ident, &call)) {
         /* Owned while read: a comparison that ran Python code could let another thread

@@ -18,43 +18,40 @@ except ImportError:
 class Watcher:
     """What a wrapper uses of the StallWatcher: its running calls, limits and what it is told."""
 
-    def __init__(self):
-        self._running = {}
+    threshold = _stall_timing.Limit("event-loop")
+    request_threshold = _stall_timing.Limit("request")
+
+    def __init__(self, running):
+        self._running = running
+        self._limits = {}
         self.threshold = 10.0
         self.request_threshold = 10.0
         self.told = []
-
-    def limit(self, kind):
-        return self.request_threshold if kind == "request" else self.threshold
 
     def finished(self, kind, ident, started, elapsed, what):
         self.told.append((kind, ident, elapsed, what))
 
 
-def python_timed(original, kind, watcher, describe):
-    return _stall_timing.python_timed(original, kind, watcher, describe)
+def timed(original, kind, watcher, describe):
+    """The watcher's wrapper, as sampler/_stall_timing.py's timed() picks it: by its table."""
+    if isinstance(watcher._running, dict):
+        return _stall_timing.python_timed(original, kind, watcher, describe)
+    return _native.TimedCall(original, kind, watcher._running, watcher.finished, describe)
 
 
-def native_timed(original, kind, watcher, describe):
-    limit = "request_threshold" if kind == "request" else "threshold"
-    return _native.TimedCall(
-        original, kind, watcher._running, watcher, limit, watcher.finished, describe
-    )
-
-
-WRAPPERS = [
-    pytest.param(python_timed, id="python"),
+TABLES = [
+    pytest.param(dict, id="python"),
     pytest.param(
-        native_timed,
+        lambda: _native.RunningCalls(),
         id="native",
         marks=pytest.mark.skipif(_native is None, reason="the extension is not built"),
     ),
 ]
 
 
-@pytest.fixture(params=WRAPPERS)
-def timed(request):
-    return request.param
+@pytest.fixture(params=TABLES)
+def watcher(request):
+    return Watcher(request.param())
 
 
 def describe(args):
@@ -62,13 +59,12 @@ def describe(args):
 
 
 @pytest.mark.parametrize("kind", ["event-loop", "request"])
-def test_a_method_is_timed_bound_to_its_instance_and_told_past_its_limit(timed, kind):
-    watcher = Watcher()
+def test_a_method_is_timed_bound_to_its_instance_and_told_past_its_limit(watcher, kind):
     seen = []
 
     class Handle:
         def _run(self, *args, **kwargs):
-            seen.append((self, args, kwargs, dict(watcher._running)))
+            seen.append((self, args, kwargs, watcher._running.copy()))
             return "ran"
 
     original = Handle._run
@@ -79,7 +75,7 @@ def test_a_method_is_timed_bound_to_its_instance_and_told_past_its_limit(timed, 
     ((instance, args, kwargs, running),) = seen
     assert instance is handle and args == (1,) and kwargs == {"key": 2}
     assert running[me][0] == kind and isinstance(running[me][1], float)
-    assert watcher._running == {}  # taken out when the call ended
+    assert watcher._running.copy() == {}  # taken out when the call ended
     assert watcher.told == []
     # The limit is read at each call: lowered, the next call is told, with its description.
     setattr(watcher, "request_threshold" if kind == "request" else "threshold", -1.0)
@@ -91,8 +87,7 @@ def test_a_method_is_timed_bound_to_its_instance_and_told_past_its_limit(timed, 
     assert Handle.__dict__["_run"].__get__(None, Handle) is Handle.__dict__["_run"]
 
 
-def test_an_error_passes_through_after_the_call_is_taken_out_and_told(timed):
-    watcher = Watcher()
+def test_an_error_passes_through_after_the_call_is_taken_out_and_told(watcher):
     watcher.threshold = -1.0
 
     def fails(self):
@@ -101,25 +96,23 @@ def test_an_error_passes_through_after_the_call_is_taken_out_and_told(timed):
     wrapped = timed(fails, "event-loop", watcher, describe)
     with pytest.raises(ValueError, match="the call's own"):
         wrapped(object())
-    assert watcher._running == {} and len(watcher.told) == 1
+    assert watcher._running.copy() == {} and len(watcher.told) == 1
 
 
-def test_a_nested_call_gives_the_outer_its_entry_back(timed):
-    watcher = Watcher()
-    inner = timed(lambda self: dict(watcher._running), "request", watcher, describe)
+def test_a_nested_call_gives_the_outer_its_entry_back(watcher):
+    inner = timed(lambda self: watcher._running.copy(), "request", watcher, describe)
     outer = timed(
-        lambda self: (dict(watcher._running), inner(self)), "event-loop", watcher, describe
+        lambda self: (watcher._running.copy(), inner(self)), "event-loop", watcher, describe
     )
     outside, inside = outer(object())
     me = threading.get_ident()
     assert outside[me][0] == "event-loop" and inside[me][0] == "request"
-    assert watcher._running == {}
+    assert watcher._running.copy() == {}
 
 
-def test_a_description_that_raises_is_the_error_of_the_call(timed):
+def test_a_description_that_raises_is_the_error_of_the_call(watcher):
     # describe is the watcher's safe one in use (_stall_kinds._safely); a raw one that raises
     # fails the call in both, as the Python wrapper's finally does.
-    watcher = Watcher()
     watcher.threshold = -1.0
 
     def broken(args):
@@ -128,4 +121,51 @@ def test_a_description_that_raises_is_the_error_of_the_call(timed):
     wrapped = timed(lambda self: 1, "event-loop", watcher, broken)
     with pytest.raises(KeyError):
         wrapped(object())
-    assert watcher._running == {}
+    assert watcher._running.copy() == {}
+
+
+def test_threads_each_have_their_call_and_give_it_back(watcher):
+    # More threads in calls at once than the C table's first slots: each sees its own entry.
+    count = 20
+    inside = threading.Barrier(count + 1)
+    leave = threading.Event()
+    seen = {}
+
+    def call(self):
+        seen[threading.get_ident()] = watcher._running.copy()[threading.get_ident()]
+        inside.wait(timeout=10)
+        leave.wait(timeout=10)
+
+    wrapped = timed(call, "request", watcher, describe)
+    threads = [threading.Thread(target=wrapped, args=(object(),)) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    inside.wait(timeout=10)
+    running = watcher._running.copy()
+    leave.set()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert sorted(running) == sorted(thread.ident for thread in threads)
+    assert all(kind == "request" for kind, _ in running.values())
+    assert {ident: call[1] for ident, call in running.items()} == {
+        ident: started for ident, (_, started) in seen.items()
+    }
+    assert len(watcher._running) == 0 and watcher._running.copy() == {}
+
+
+@pytest.mark.skipif(_native is None, reason="the extension is not built")
+def test_the_c_timing_knows_two_kinds_and_no_limit_until_one_is_set():
+    running = _native.RunningCalls()
+    with pytest.raises(ValueError, match="'event-loop' or 'request'"):
+        _native.TimedCall(len, "callback", running, print, repr)
+    with pytest.raises(TypeError):
+        _native.TimedCall(len, "request", {}, print, repr)  # the Python wrapper's table
+    told = []
+    wrapped = _native.TimedCall(
+        lambda: None, "event-loop", running, lambda *args: told.append(args), repr
+    )
+    wrapped()
+    assert told == []  # no limit set: none told
+    running.set_limit("event-loop", -1.0)
+    wrapped()
+    assert len(told) == 1 and told[0][0] == "event-loop"

@@ -87,6 +87,25 @@ def test_a_call_returns_it_only_once_near_its_kinds_limit():
     assert REQUEST_THRESHOLD - PERIOD <= elapsed < REQUEST_THRESHOLD + 0.3
 
 
+def test_a_call_timed_in_c_returns_it_near_its_kinds_limit_too():
+    from sampler import _native
+
+    watched = Watched()
+    watched._running = _native.RunningCalls()  # TimedCall's table, read in C
+    leave = threading.Event()
+    request = _native.TimedCall(lambda: leave.wait(10), "request", watched._running, print, repr)
+    thread = threading.Thread(target=request)
+    thread.start()
+    try:
+        while not len(watched._running):
+            time.sleep(0.001)
+        elapsed, _ = watched.wait()
+    finally:
+        leave.set()
+        thread.join(timeout=10)
+    assert REQUEST_THRESHOLD - PERIOD - 0.05 <= elapsed < REQUEST_THRESHOLD + 0.3
+
+
 def voluntary_switches(native_id):
     with open(f"/proc/self/task/{native_id}/status") as status:
         for line in status:
