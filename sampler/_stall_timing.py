@@ -46,8 +46,10 @@ def running_calls() -> Any:
 def timed(original: Any, kind: str, watcher: StallWatcher, describe: Any) -> Any:
     """A wrapper of the method ``original`` that times each call: C where it is built (tests
     turn that off with FLEETFLAME_PYTHON_TIMING=1 to check the Python wrapper)."""
-    if not isinstance(watcher._running, dict):
-        return _native().TimedCall(original, kind, watcher._running, watcher.finished, describe)
+    if not isinstance(watcher._running, dict):  # the table decided, as the watcher was made
+        from . import _native as native
+
+        return native.TimedCall(original, kind, watcher._running, watcher.finished, describe)
     wrapper = python_timed(original, kind, watcher, describe)
     from ._stack_walk import hide_code
 

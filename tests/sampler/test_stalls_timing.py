@@ -169,3 +169,15 @@ def test_the_c_timing_knows_two_kinds_and_no_limit_until_one_is_set():
     running.set_limit("event-loop", -1.0)
     wrapped()
     assert len(told) == 1 and told[0][0] == "event-loop"
+
+
+@pytest.mark.skipif(_native is None, reason="the extension is not built")
+def test_a_watcher_with_the_c_table_keeps_the_c_timing_whatever_the_switch_says_later(
+    monkeypatch,
+):
+    # The table decides (made at the watcher's start): a module loaded after the switch's
+    # variable changed was wrapped with _native() read again, None: the watcher thread died.
+    watcher = Watcher(_native.RunningCalls())
+    monkeypatch.setenv("FLEETFLAME_PYTHON_TIMING", "1")
+    wrapped = _stall_timing.timed(lambda self: "ran", "event-loop", watcher, describe)
+    assert isinstance(wrapped, _native.TimedCall) and wrapped(object()) == "ran"
