@@ -31,6 +31,8 @@ class Limit:
 
     def __set__(self, watcher: Any, seconds: float) -> None:
         seconds = float(seconds)
+        if not seconds >= 0:  # NaN too: watch_wait refuses either, and the watcher's loop ended
+            raise ValueError(f"a stall limit is seconds, 0 or more (inf: none), not {seconds!r}")
         running = watcher._running  # the watcher makes it and _limits first
         if not isinstance(running, dict):
             running.set_limit(self.kind, seconds)

@@ -78,7 +78,7 @@ def test_a_method_is_timed_bound_to_its_instance_and_told_past_its_limit(watcher
     assert watcher._running.copy() == {}  # taken out when the call ended
     assert watcher.told == []
     # The limit is read at each call: lowered, the next call is told, with its description.
-    setattr(watcher, "request_threshold" if kind == "request" else "threshold", -1.0)
+    setattr(watcher, "request_threshold" if kind == "request" else "threshold", 0.0)
     handle._run()
     ((told_kind, ident, elapsed, what),) = watcher.told
     assert (told_kind, ident, what) == (kind, me, "a call of Handle with 1 arguments")
@@ -88,7 +88,7 @@ def test_a_method_is_timed_bound_to_its_instance_and_told_past_its_limit(watcher
 
 
 def test_an_error_passes_through_after_the_call_is_taken_out_and_told(watcher):
-    watcher.threshold = -1.0
+    watcher.threshold = 0.0
 
     def fails(self):
         raise ValueError("the call's own")
@@ -113,7 +113,7 @@ def test_a_nested_call_gives_the_outer_its_entry_back(watcher):
 def test_a_description_that_raises_is_the_error_of_the_call(watcher):
     # describe is the watcher's safe one in use (_stall_kinds._safely); a raw one that raises
     # fails the call in both, as the Python wrapper's finally does.
-    watcher.threshold = -1.0
+    watcher.threshold = 0.0
 
     def broken(args):
         raise KeyError("describe")
@@ -181,3 +181,19 @@ def test_a_watcher_with_the_c_table_keeps_the_c_timing_whatever_the_switch_says_
     monkeypatch.setenv("FLEETFLAME_PYTHON_TIMING", "1")
     wrapped = _stall_timing.timed(lambda self: "ran", "event-loop", watcher, describe)
     assert isinstance(wrapped, _native.TimedCall) and wrapped(object()) == "ran"
+
+
+@pytest.mark.parametrize("bad", [float("nan"), -1.0, -1e-9, "nan", "-0.5"])
+def test_a_limit_is_seconds_from_zero_and_a_bad_one_changes_nothing(watcher, bad):
+    # watch_wait refuses a NaN or negative threshold: the native watcher loop died on it for
+    # good (no stall of any kind watched after), its wrappers' reports piling up unread.
+    watcher.threshold = 0.25
+    with pytest.raises(ValueError, match="seconds"):
+        watcher.threshold = bad
+    assert watcher.threshold == 0.25
+    slow = timed(lambda self: None, "event-loop", watcher, describe)
+    slow(object())
+    assert watcher.told == []  # the C table's limit unchanged too
+    watcher.threshold = float("inf")  # never a stall: allowed, as 0 is
+    watcher.threshold = "0"
+    assert watcher.threshold == 0.0
