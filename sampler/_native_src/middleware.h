@@ -89,6 +89,7 @@ typedef struct {
     unsigned long ident; /* the thread's, or 0: a free slot */
     double started;      /* the monotonic clock as the call began */
     int kind;
+    int interleaved;     /* a call it ran in ended first: greenlets taking turns (gevent) */
 } running_call;
 
 typedef struct {

@@ -55,14 +55,14 @@ Py_ssize_t running_slot(RunningCalls *running, unsigned long ident)
         running->slots = slots;
         running->capacity = capacity;
     }
-    running->slots[running->used] = (running_call){0, 0.0, 0};
+    running->slots[running->used] = (running_call){0, 0.0, 0, 0};
     return running->used++;
 }
 
 /* Gives the slot at ``at`` back (its thread's outermost call ended). */
 void running_free(RunningCalls *running, Py_ssize_t at)
 {
-    running->slots[at] = (running_call){0, 0.0, 0};
+    running->slots[at] = (running_call){0, 0.0, 0, 0};
     while (running->used > 0 && running->slots[running->used - 1].ident == 0) {
         running->used--;
     }

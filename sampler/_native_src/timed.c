@@ -66,15 +66,26 @@ static PyObject *TimedCall_vectorcall(TimedCall *self, PyObject *const *args, si
     }
     running_call outer = running->slots[at]; /* the thread's call this one runs in, if any */
     double started = monotonic_now();
-    running->slots[at] = (running_call){ident, started, self->kind};
+    running->slots[at] = (running_call){ident, started, self->kind, 0};
     PyObject *result = PyObject_Vectorcall(self->original, args, nargsf, kwnames);
     double elapsed = monotonic_now() - started;
-    /* The slot is still the thread's (its nested calls gave it back as they found it); the
-     * table may have moved. */
-    if (outer.ident == ident) {
-        running->slots[at] = outer;
-    } else {
-        running_free(running, at);
+    /* The slot is still this call's when the calls made in it gave it back as they found it
+     * (the table may have moved). Not when calls take turns on one OS thread (greenlets, under
+     * gevent's monkey patching): one that began in this one runs on, or it ended and the slot
+     * was given back, maybe taken by another thread's call since. Then the slot is left as it
+     * is, marked when it holds this thread's call: the calls this one would give it back to
+     * may have ended, so it is freed at that call's end, not given to them (a call missed
+     * rather than one seen running for good). */
+    running_call *slot = at < running->used ? &running->slots[at] : NULL;
+    if (slot != NULL && slot->ident == ident && slot->started == started &&
+        slot->kind == self->kind) {
+        if (outer.ident == ident && !slot->interleaved) {
+            *slot = outer;
+        } else {
+            running_free(running, at);
+        }
+    } else if (slot != NULL && slot->ident == ident) {
+        slot->interleaved = 1;
     }
     if (elapsed > running->limits[self->kind] &&
         tell(self, ident, started, elapsed, args, PyVectorcall_NARGS(nargsf)) < 0) {

@@ -197,3 +197,51 @@ def test_a_limit_is_seconds_from_zero_and_a_bad_one_changes_nothing(watcher, bad
     watcher.threshold = float("inf")  # never a stall: allowed, as 0 is
     watcher.threshold = "0"
     assert watcher.threshold == 0.0
+
+
+@pytest.mark.skipif(_native is None, reason="the extension is not built")
+@pytest.mark.parametrize("other_starts", [None, "before the second", "after the first ends"])
+def test_calls_that_take_turns_on_one_os_thread_leave_no_call_behind_nor_take_anothers(
+    other_starts,
+):
+    # Under gevent's monkey patching a waitress or werkzeug "thread" is a greenlet on the
+    # host's OS thread: two requests start, the first ends first. The C table keys calls by
+    # the OS thread, so the second's ending gave back the first's (ended) entry: a call the
+    # watcher saw running for good; or, the slot freed and taken meanwhile by another OS
+    # thread's call, wrote over that one. (The Python wrapper keys by threading.get_ident,
+    # which that patch makes the greenlet's.)
+    greenlet = pytest.importorskip("greenlet")
+    running = _native.RunningCalls()
+    running.set_limit("request", 10.0)
+    hub = greenlet.getcurrent()
+    request = _native.TimedCall(lambda: hub.switch(), "request", running, print, repr)
+    inside, leave = threading.Event(), threading.Event()
+    other = threading.Thread(
+        target=_native.TimedCall(
+            lambda: (inside.set(), leave.wait(10)), "request", running, print, repr
+        )
+    )
+
+    def start_other(when):
+        if other_starts == when:
+            other.start()
+            inside.wait(10)
+
+    me = threading.get_ident()
+    first, second = greenlet.greenlet(request), greenlet.greenlet(request)
+    try:
+        first.switch()
+        start_other("before the second")
+        second.switch()
+        first.switch()  # the first request ends while the second waits
+        start_other("after the first ends")
+        second.switch()  # the second ends
+        running_now = running.copy()
+    finally:
+        leave.set()
+        if other.is_alive():
+            other.join(10)
+    assert me not in running_now  # no request runs on this thread now
+    if other_starts is not None:
+        assert other.ident in running_now  # its call is seen
+    assert running.copy() == {} and len(running) == 0
