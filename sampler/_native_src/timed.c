@@ -61,8 +61,9 @@ static PyObject *TimedCall_vectorcall(TimedCall *self, PyObject *const *args, si
     RunningCalls *running = self->running;
     unsigned long ident = PyThread_get_thread_ident();
     Py_ssize_t at = running_slot(running, ident);
-    if (at < 0) {
-        return NULL;
+    if (at < 0) { /* no memory for the table to grow: the host's call runs, untimed */
+        PyErr_Clear();
+        return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
     }
     running_call outer = running->slots[at]; /* the thread's call this one runs in, if any */
     double started = monotonic_now();

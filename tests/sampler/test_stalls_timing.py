@@ -245,3 +245,29 @@ def test_calls_that_take_turns_on_one_os_thread_leave_no_call_behind_nor_take_an
     if other_starts is not None:
         assert other.ident in running_now  # its call is seen
     assert running.copy() == {} and len(running) == 0
+
+
+@pytest.mark.skipif(_native is None, reason="the extension is not built")
+def test_a_table_that_cannot_grow_lets_the_call_run_untimed():
+    _testcapi = pytest.importorskip("_testcapi")
+    running = _native.RunningCalls()
+    inside, leave = threading.Barrier(9), threading.Event()
+    held = _native.TimedCall(
+        lambda: (inside.wait(10), leave.wait(10)), "request", running, print, repr
+    )
+    threads = [threading.Thread(target=held) for _ in range(8)]  # the table's first 8 slots
+    for thread in threads:
+        thread.start()
+    inside.wait(10)
+    ran = []
+    ninth = _native.TimedCall(lambda: ran.append(len(running)), "request", running, print, repr)
+    _testcapi.set_nomemory(0, 1)  # the next allocation fails: the table's growth
+    try:
+        ninth()
+    finally:
+        _testcapi.remove_mem_hooks()
+        leave.set()
+        for thread in threads:
+            thread.join(timeout=10)
+    assert ran == [8]  # it ran, with no slot of its own
+    assert running.copy() == {}
