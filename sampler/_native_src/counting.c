@@ -103,6 +103,14 @@ static long common_status(PyObject *status)
 
 /* A request-start header's number when it is "t=" and digits with at most one dot (or just
  * those digits): 1 and *value set, 0 when it is some other form. */
+/* Integers up to 2**53 and powers of ten up to 1e22 are exact in a double. */
+#define EXACT_MANTISSA (1ull << 53)
+#define POWERS 23
+static const double powers_of_ten[POWERS] = {
+    1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+};
+
 static int common_header(PyObject *header, double *value)
 {
     if (!PyUnicode_Check(header) || PyUnicode_KIND(header) != PyUnicode_1BYTE_KIND) {
@@ -115,7 +123,9 @@ static int common_header(PyObject *header, double *value)
         length -= 2;
     }
     char digits[40];
-    int dots = 0, seen = 0;
+    int dots = 0, seen = 0, after_dot = 0;
+    uint64_t mantissa = 0; /* the digits as one integer, while it is exact in a double */
+    int exact = 1;
     if (length == 0 || length >= (Py_ssize_t)sizeof(digits)) {
         return 0;
     }
@@ -124,12 +134,21 @@ static int common_header(PyObject *header, double *value)
             dots++;
         } else if (text[i] >= '0' && text[i] <= '9') {
             seen = 1;
+            after_dot += dots;
+            mantissa = mantissa * 10 + (uint64_t)(text[i] - '0');
+            exact = exact && mantissa <= EXACT_MANTISSA;
         } else {
             return 0;
         }
     }
     if (dots > 1 || !seen) {
         return 0;
+    }
+    if (exact && after_dot < POWERS) {
+        /* Both exact in a double, so one division rounds as float() does (strtod's exact
+         * reading cost ~1,800 instructions a header, a third of the recorder's work). */
+        *value = (double)mantissa / powers_of_ten[after_dot];
+        return 1;
     }
     memcpy(digits, text, (size_t)length);
     digits[length] = '\0';

@@ -632,3 +632,30 @@ def test_a_wrapper_never_initialised_says_so():
     wrapper = _native.WSGIWrapper.__new__(_native.WSGIWrapper)
     with pytest.raises(RuntimeError, match="not initialised"):
         wrapper({"PATH_INFO": "/"}, lambda *a: None)
+
+
+@pytest.mark.skipif("c" not in WSGI_PATHS, reason="the native extension is not built")
+def test_c_reads_a_request_start_header_to_the_same_double_as_float():
+    # The C count reads most headers by a short cut (digits as one integer over a power of
+    # ten, both exact), the rest as float() does: each delay must be float()'s to the bit.
+    import random
+
+    from sampler._request_routes import Route
+
+    rng = random.Random(11)
+    headers = ["t=5.", "t=.5", "t=0001795000000.5", "t=1795000000.123456789012", "1795000000"]
+    for _ in range(3000):
+        integer = str(rng.randrange(1, 10 ** rng.randint(1, 19)))
+        fraction = str(rng.randrange(10 ** rng.randint(1, 25))).zfill(rng.randint(1, 25))
+        number = rng.choice([integer, f"{integer}.{fraction}", f"0.{fraction}", f"00{integer}"])
+        headers.append(rng.choice(["t=", ""]) + number)
+    for header in headers:
+        # Half a second after the header's time in its unit: an exact delay only if both read
+        # the same number (a last-bit difference in seconds since the epoch is ~2e-7 s).
+        value = float(header.removeprefix("t="))
+        scale = next((s for s in (1, 1e3, 1e6, 1e9) if value < 1e11 * s), 1e9)
+        wall = value / scale + 0.5
+        route = Route()
+        route.add_batch([("/r", 0.0, 0.001, header, wall, 1, False, "200 OK", "/r")])
+        expected = queue_delay(header, wall)
+        assert (route.queue.max if route.queue.count else None) == expected, header
