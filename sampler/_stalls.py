@@ -115,6 +115,7 @@ class StallWatcher:
         self._pending: deque[tuple[Stall, float, float]] = deque()
         self._settled = threading.Condition(self._lock)
         self._stopping = threading.Event()
+        self._failed = False  # the watcher thread failed: timing stopped, nothing pending
         self._thread: threading.Thread | None = None
         # thread ident -> (the start of the call it was read in, its stacks read since, their
         # distinct texts: each kept once, and gone with the call's entry)
@@ -184,6 +185,8 @@ class StallWatcher:
     def finished(self, kind: str, ident: int, started: float, elapsed: float, what: str) -> None:
         """Called by a wrapper when a call it timed ran past its threshold: the stall waits for
         the watcher thread to add its stacks."""
+        if self._failed:
+            return
         stall = Stall(kind, ident, self._clock_offset + started, elapsed)
         stall.what = what
         self._pending.append((stall, started, started + elapsed))
@@ -222,6 +225,11 @@ class StallWatcher:
                 self._read_stalled(now)
             except Exception:  # noqa: BLE001 - never let the watcher fail the host
                 log.exception("fleetflame sampler: the stall watcher failed; stalls not watched")
+                # Nothing would read what the wrappers report: they go, and what they report
+                # from calls still running is dropped, not kept for good.
+                self._failed = True
+                self._unwrap_all()
+                self._pending.clear()
                 return
 
     def _wait(self) -> tuple[dict[int, Any], float, int | None, float | None, int, float]:

@@ -411,3 +411,31 @@ def test_stopping_restores_every_method_it_timed_and_a_left_wrapper_is_never_wra
     finally:
         sampler.stop()
     assert BaseHandler.run is original
+
+
+def test_a_watcher_that_fails_stops_timing_and_keeps_nothing(monkeypatch):
+    # Nothing reads what the wrappers report once the watcher's thread is gone: timing ends
+    # with it, or every callback past a limit would pile up for good (and each /stalls.json
+    # wait for a thread that never comes).
+    original = asyncio.events.Handle._run
+    s = sampler.start(port="none")
+    try:
+        assert asyncio.events.Handle._run.__wrapped__ is original
+        thread = s.stalls._thread
+
+        def broken():
+            raise RuntimeError("planted")
+
+        monkeypatch.setattr(s.stalls, "_wait", broken)
+        s.stalls._wake()
+        thread.join(timeout=10)
+        assert not thread.is_alive()
+        assert asyncio.events.Handle._run is original
+        s.stalls.finished("event-loop", threading.get_ident(), time.monotonic(), 1.0, "late")
+        assert not s.stalls._pending
+        started = time.monotonic()
+        assert s.stalls.document()["stalls"] == []
+        assert time.monotonic() - started < 0.1
+    finally:
+        sampler.stop()
+    assert asyncio.events.Handle._run is original
