@@ -85,7 +85,15 @@ static int count_sample(drain_state *state, record_head *record, PyObject *ident
         return result;
     }
     PyObject *key = untracked(PyTuple_Pack(2, label, stack));
-    if (key == NULL || PyDict_SetItem(state->last_key, ident, key) < 0) {
+    /* A thread mostly stays where it was (busy in one place, or waiting): its last key then
+     * stands for this one, so the samples kept a while (recent) hold one tuple between them,
+     * not a stack's each (~530 bytes a sample, 4.4 MB for the 8,192 kept). */
+    PyObject *last = key == NULL ? NULL : PyDict_GetItemWithError(state->last_key, ident);
+    int same = last != NULL ? PyObject_RichCompareBool(last, key, Py_EQ) : 0;
+    if (same > 0) {
+        Py_SETREF(key, Py_NewRef(last));
+    }
+    if (key == NULL || PyErr_Occurred() || PyDict_SetItem(state->last_key, ident, key) < 0) {
         Py_XDECREF(key);
         return -1;
     }
