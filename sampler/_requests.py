@@ -24,7 +24,7 @@ from collections import deque
 
 from . import _labels
 from ._log import log
-from ._osthread import own_thread
+from ._osthread import green_threads, own_thread
 from ._request_routes import TOP, WINDOW, Route, SlowRequest, queue_delay, status_code
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~3 ms (see sampler/__init__.py)
@@ -233,8 +233,12 @@ class Recorder:
     def _add_stacks(self, wanted: list[tuple[Route, SlowRequest, Finished, bool, bool]]) -> None:
         samples, table = self._samples_since(min(request[1] for _, _, request, _, _ in wanted))
         clock_offset = time.time() - time.monotonic()
+        # Greenlets (gevent's or eventlet's patch) take turns on one OS thread, as an event
+        # loop's tasks do: a request's samples are those of its route, not of its thread.
+        green = green_threads() is not None
         for route, slow_request, request, slow, top in wanted:
             _, started, elapsed, header, _, ident, by_label, status, path = request
+            by_label = by_label or green
             ended = started + elapsed
             stacks = slow_request.stacks
             for at, sampled, key, weight in samples:

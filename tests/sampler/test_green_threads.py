@@ -103,3 +103,34 @@ sampler.stop()
     )
     assert done.returncode == 0, done.stderr
     assert int(done.stdout) >= 30, done.stdout
+
+
+def test_a_slow_requests_stacks_on_green_threads_are_its_routes_not_its_os_threads(
+    monkeypatch,
+):
+    # Greenlets serve requests in turns on one OS thread: its samples in a request's time are
+    # any greenlet's. Two samples of that thread in a slow request's time, each of a route.
+    from sampler import _labels
+    from sampler._request_routes import Route, SlowRequest
+    from sampler._requests import Recorder
+
+    mine, other = (_labels._intern((("route", name),)) for name in ("/mine", "/other"))
+    ident = threading.get_ident()
+    samples = [(1.2, ident, (mine, (1,)), 1.0), (1.4, ident, (other, (2,)), 1.0)]
+
+    class Table:
+        def folded(self, key):
+            return f"stack of {key[0]}"
+
+    def stacks_of_a_slow_request():
+        recorder = Recorder()
+        monkeypatch.setattr(recorder, "_samples_since", lambda oldest: (samples, Table()))
+        request = ("/mine", 1.0, 1.0, None, 0.0, ident, False, 200, "/mine")
+        slow = SlowRequest(0.0, 1.0, None)
+        recorder._add_stacks([(Route(), slow, request, True, True)])
+        return slow.stacks
+
+    assert stacks_of_a_slow_request() == {f"stack of {mine}": 1.0, f"stack of {other}": 1.0}
+    monkeypatch.setattr(threading, "_thread_start", threading._start_new_thread, raising=False)
+    monkeypatch.setattr(threading, "_start_new_thread", start_new_thread)
+    assert stacks_of_a_slow_request() == {f"stack of {mine}": 1.0}
