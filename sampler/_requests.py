@@ -349,6 +349,19 @@ def _elapsed(candidate: tuple[Finished, bool]) -> float:
     return candidate[0][2]
 
 
+def on_greenlet() -> bool:
+    """Whether the caller runs on a greenlet other than its thread's main one: gevent's or
+    eventlet's hub switches between such, so requests take turns on one OS thread (with
+    threading patched or not: patch_all(thread=False), uWSGI's gevent loop)."""
+    module = sys.modules.get("greenlet")
+    if module is None:
+        return False
+    try:
+        return module.getcurrent().parent is not None
+    except Exception:  # noqa: BLE001 - never fail the host's request
+        return False
+
+
 def _thread_name(ident: int) -> str:
     thread = threading._active.get(ident)  # type: ignore[attr-defined]
     return thread.name if thread is not None else str(ident)

@@ -57,6 +57,7 @@ typedef struct {
     vectorcallfunc vectorcall; /* request_vectorcall */
     RouteTag tag;     /* embedded: its PyObject_HEAD unused */
     int finished;
+    int green;        /* served on a greenlet (on_greenlet): found by its route, body tagged */
 } WSGIRequest;
 
 extern PyTypeObject WSGIWrapperType, WSGIRequestType;
@@ -70,6 +71,8 @@ PyObject *route_name(PyObject *recorder, PyObject *seen, int raw);
 /* Hands the finished request to the recorder (once; later calls do nothing). */
 int request_finish(WSGIRequest *request);
 /* The Finished tuple of sampler/_requests.py (ident: the calling thread's). */
+/* 1 when the caller runs on a greenlet other than its thread's main one, else 0; never fails. */
+int on_greenlet(void);
 PyObject *finished_new(PyObject *route, double started, double duration, PyObject *header,
                        double wall, int asgi, PyObject *status, PyObject *path);
 /* Hands a Finished tuple (sampler/_requests.py) to the recorder, as its finish() does. */

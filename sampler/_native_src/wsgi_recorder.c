@@ -85,6 +85,37 @@ int recorder_hand_over(PyObject *recorder, PyObject *finished, Py_ssize_t max_pe
     return failed ? -1 : 0;
 }
 
+/* 1 when the calling code runs on a greenlet other than its thread's main one (gevent's or
+ * eventlet's hub switches between such: requests take turns on one OS thread, patched
+ * threading or not), else 0; never fails (a look that fails says 0). As _requests.py's
+ * on_greenlet(). */
+int on_greenlet(void)
+{
+    static PyObject *name, *getcurrent, *parent;
+    if (name == NULL) {
+        name = PyUnicode_InternFromString("greenlet");
+        getcurrent = PyUnicode_InternFromString("getcurrent");
+        parent = PyUnicode_InternFromString("parent");
+        if (name == NULL || getcurrent == NULL || parent == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    PyObject *module = PyImport_GetModule(name); /* only if loaded: nothing imported here */
+    if (module == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *current = PyObject_CallMethodNoArgs(module, getcurrent);
+    Py_DECREF(module);
+    PyObject *above = current != NULL ? PyObject_GetAttr(current, parent) : NULL;
+    Py_XDECREF(current);
+    int green = above != NULL && above != Py_None;
+    Py_XDECREF(above);
+    PyErr_Clear();
+    return green;
+}
+
 /* Hands the finished request to the recorder, as WSGI's _Request.finish does. */
 int request_finish(WSGIRequest *request)
 {
@@ -106,7 +137,8 @@ int request_finish(WSGIRequest *request)
         path = str_slash;
     }
     PyObject *finished = finished_new(route, request->started, now - request->started,
-                                      request->header, request->wall, 0, request->status, path);
+                                      request->header, request->wall, request->green,
+                                      request->status, path);
     if (finished == NULL) {
         return -1;
     }

@@ -30,6 +30,7 @@ WSGIRequest *request_new(WSGIWrapper *wrapper, PyObject *environ, PyObject *star
     request->status = Py_NewRef(zero);
     request->wall = 0.0;
     request->finished = 0;
+    request->green = on_greenlet();
     request->tag.frame_key = request->tag.outer = request->tag.previous = NULL;
     request->tag.open = 0;
     PyObject_GC_Track(request); /* every field set: the collector may look from here on */
@@ -151,9 +152,40 @@ static PyObject *request_next(WSGIRequest *request)
     if (request->iterator == NULL) {
         return NULL; /* over: handed over, or never iterated */
     }
+    /* A streamed body's work is the request's: while it makes a chunk, the frame asking for
+     * it (the server's) is tagged with the route, as the app's call was. Under greenlets a
+     * slow request's stacks are its route's samples (sampler/_requests.py): untagged, a
+     * streamed answer had none. */
+    RouteTag tag = {.frame_key = NULL, .outer = NULL, .previous = NULL, .open = 0};
+    PyFrameObject *caller = request->green && request->route != NULL ? PyEval_GetFrame() : NULL;
+    if (caller != NULL) {
+        PyObject *set = tag_ready(&tag, caller) < 0 ? NULL : tag_route(&tag, request->route);
+        if (set == NULL) {
+            tag_forget(&tag);
+            return NULL;
+        }
+        Py_DECREF(set);
+    }
     PyObject *chunk = (*Py_TYPE(request->iterator)->tp_iternext)(request->iterator);
     if (chunk == NULL && PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_StopIteration)) {
         Py_XSETREF(request->status, Py_NewRef(zero));
+    }
+    if (caller != NULL) {
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        int failed = tag_close(&tag) < 0;
+        tag_forget(&tag);
+        if (failed && chunk != NULL) {
+            Py_CLEAR(chunk); /* the tag's error is raised */
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(traceback);
+        } else {
+            if (failed) {
+                PyErr_Clear(); /* the body's own error (or end) is the one raised */
+            }
+            PyErr_Restore(type, value, traceback);
+        }
     }
     return chunk;
 }

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 
+from .. import _requests
 from .._labels import RouteTag, native_route_tags
 from .._log import log
 from .._requests import MAX_PENDING, UNMATCHED, recorder
@@ -45,6 +46,7 @@ class _Request:
         "body",
         "iterator",
         "tag_closed",
+        "green",
     )
     tag: RouteTag
     default: str  # the route until routed
@@ -61,6 +63,9 @@ class _Request:
         self.body: Any = None
         self.iterator: Any = None
         self.tag_closed = False
+        # On a greenlet (gevent's, eventlet's): requests take turns on its OS thread, so its
+        # stacks are its route's samples, and a streamed body's chunks are tagged too.
+        self.green = _requests.on_greenlet()
 
     def routed(self, template: str) -> None:
         """Names the request after its route template, from now on (its samples too)."""
@@ -83,6 +88,12 @@ class _Request:
     def __next__(self) -> bytes:
         if self.iterator is None:
             raise StopIteration
+        # A streamed body's work is the request's: its samples carry the route while it makes
+        # a chunk (under greenlets a slow request's stacks are its route's samples).
+        tag = None
+        if self.route is not None and self.green:
+            tag = RouteTag(sys._getframe(0))
+            tag.route(self.route)
         try:
             return next(self.iterator)  # type: ignore[no-any-return]
         except StopIteration:
@@ -90,6 +101,9 @@ class _Request:
         except BaseException:
             self.status = 0  # the answer broke off: a failed request, as if the app raised
             raise
+        finally:
+            if tag is not None:
+                tag.close()
 
     def close(self) -> None:
         try:
@@ -115,7 +129,7 @@ class _Request:
                 self.header,
                 self.wall,
                 threading.get_ident(),
-                False,
+                self.green,  # taking turns on its OS thread: found by its route
                 self.status,
                 environ.get("PATH_INFO") or "/",
             )

@@ -659,3 +659,86 @@ def test_c_reads_a_request_start_header_to_the_same_double_as_float():
         route.add_batch([("/r", 0.0, 0.001, header, wall, 1, False, "200 OK", "/r")])
         expected = queue_delay(header, wall)
         assert (route.queue.max if route.queue.count else None) == expected, header
+
+
+def spin_in_the_body(seconds):
+    spin(seconds)
+
+
+@pytest.mark.skipif("c" not in WSGI_PATHS, reason="the native extension is not built")
+@pytest.mark.alone
+def test_a_streamed_body_keeps_its_stacks_under_green_threads(wsgi_middleware):
+    # Under gevent's patch a slow request's stacks are its route's samples in its time: the
+    # body's work (a streamed answer, iterated by the server after the app returned) must
+    # carry the route too, or such a request has no stacks at all (it had its OS thread's).
+    greenlet = pytest.importorskip("greenlet")
+
+    def app(environ, start_response):
+        start_response("200 OK", [("Content-Type", "text/plain")])
+
+        def body():
+            for _ in range(3):
+                spin_in_the_body(0.1)
+                yield b"chunk"
+
+        return body()
+
+    sampler.start(port="none")
+    try:
+        # Served on a greenlet, as gevent's server does (its hub the parent).
+        middleware = wsgi_middleware(app)
+        served = greenlet.greenlet(lambda: call_wsgi(middleware, {"PATH_INFO": "/stream"}))
+        statuses, chunks = served.switch()
+        assert statuses == ["200 OK"] and len(chunks) == 3
+        document = document_counting(1)
+    finally:
+        sampler.stop()
+    (slowest,) = document["routes"]["/stream"]["slowest"]
+    assert any("spin_in_the_body" in stack for stack in slowest["stacks"]), slowest["stacks"]
+
+
+def spin_in_slow(seconds):
+    spin(seconds)
+
+
+def spin_in_other(seconds):
+    spin(seconds)
+
+
+@pytest.mark.skipif("c" not in WSGI_PATHS, reason="the native extension is not built")
+@pytest.mark.alone
+def test_greenlets_taking_turns_without_a_thread_patch_keep_their_own_stacks(wsgi_middleware):
+    # gevent's WSGIServer with patch_all(thread=False), or uWSGI's gevent loop: requests take
+    # turns on one OS thread though threading is not patched. A slow request's stacks must be
+    # its own, not the other route's served meanwhile.
+    greenlet = pytest.importorskip("greenlet")
+    hub = greenlet.getcurrent()
+
+    def app(environ, start_response):
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        work = spin_in_slow if environ["PATH_INFO"] == "/slow" else spin_in_other
+        for _ in range(10 if environ["PATH_INFO"] == "/slow" else 1):
+            work(0.02)
+            hub.switch()
+        return [b"ok"]
+
+    middleware = wsgi_middleware(app)
+    slow = greenlet.greenlet(lambda: call_wsgi(middleware, {"PATH_INFO": "/slow"}))
+
+    def others():
+        while True:
+            call_wsgi(middleware, {"PATH_INFO": "/other"})
+
+    other = greenlet.greenlet(others)
+    sampler.start(port="none")
+    try:
+        while not slow.dead:
+            slow.switch()
+            other.switch()
+        document = document_counting(2)
+    finally:
+        sampler.stop()
+        other.throw(greenlet.GreenletExit)
+    (slowest,) = document["routes"]["/slow"]["slowest"]
+    assert any("spin_in_slow" in stack for stack in slowest["stacks"]), slowest["stacks"]
+    assert not any("spin_in_other" in stack for stack in slowest["stacks"]), slowest["stacks"]
