@@ -190,6 +190,9 @@ class StallWatcher:
         stall = Stall(kind, ident, self._clock_offset + started, elapsed)
         stall.what = what
         self._pending.append((stall, started, started + elapsed))
+        if self._failed:  # the watcher failed since the look above: nothing will read it
+            self._pending.clear()
+            return
         self._wake()
 
     def _wake(self) -> None:

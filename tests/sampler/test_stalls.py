@@ -439,3 +439,35 @@ def test_a_watcher_that_fails_stops_timing_and_keeps_nothing(monkeypatch):
     finally:
         sampler.stop()
     assert asyncio.events.Handle._run is original
+
+
+def test_a_stall_reported_as_the_watcher_fails_is_not_kept_or_waited_for(monkeypatch):
+    # finished() looks at _failed, then appends: a watcher failing in between (its thread
+    # clears _pending) left the stall pending for good, and each /stalls.json waited for it.
+    from sampler import _stalls
+
+    s = sampler.start(port="none")
+    try:
+        watcher = s.stalls
+        thread = watcher._thread
+        made = _stalls.Stall
+
+        def broken():
+            raise RuntimeError("planted")
+
+        def stall_as_the_watcher_fails(*args):
+            monkeypatch.setattr(watcher, "_wait", broken)
+            watcher._wake()
+            thread.join(timeout=10)  # the GIL is let go: the watcher fails meanwhile
+            return made(*args)
+
+        monkeypatch.setattr(_stalls, "Stall", stall_as_the_watcher_fails)
+        watcher.finished("event-loop", threading.get_ident(), time.monotonic(), 1.0, "late")
+        monkeypatch.setattr(_stalls, "Stall", made)
+        assert not thread.is_alive()
+        started = time.monotonic()
+        assert watcher.document()["stalls"] == []
+        assert time.monotonic() - started < 0.1
+        assert not watcher._pending
+    finally:
+        sampler.stop()
