@@ -11,7 +11,7 @@ import threading
 import time
 
 from .._labels import route_tag_type
-from .._requests import UNMATCHED, recorder
+from .._requests import UNMATCHED, on_greenlet, recorder
 
 # In C where the native extension is built: a request's tag costs no Python frame.
 RouteTag = route_tag_type()
@@ -41,6 +41,7 @@ class Middleware:
         wall = time.time() if header else 0.0
         tag = RouteTag(sys._getframe(0))  # opened once Django resolved the URL
         state: list[Any] = [tag, None]
+        green = on_greenlet()
         setattr(request, _ATTRIBUTE, state)
         status = 0
         try:
@@ -57,7 +58,7 @@ class Middleware:
                     header,
                     wall,
                     threading.get_ident(),
-                    False,
+                    green,  # on a greenlet, taking turns on its OS thread: found by its route
                     status,
                     getattr(request, "path", "") or "/",
                 )

@@ -742,3 +742,27 @@ def test_greenlets_taking_turns_without_a_thread_patch_keep_their_own_stacks(wsg
     (slowest,) = document["routes"]["/slow"]["slowest"]
     assert any("spin_in_slow" in stack for stack in slowest["stacks"]), slowest["stacks"]
     assert not any("spin_in_other" in stack for stack in slowest["stacks"]), slowest["stacks"]
+
+
+@pytest.mark.parametrize("on_a_greenlet", [False, True])
+def test_a_django_request_on_a_greenlet_is_found_by_its_route(on_a_greenlet, monkeypatch):
+    # As the WSGI middleware's: requests taking turns on one OS thread are found by route.
+    greenlet = pytest.importorskip("greenlet")
+    from sampler.middleware.django import Middleware
+
+    class Request:
+        META: dict = {}
+        path = "/items/1"
+
+    class Response:
+        status_code = 200
+
+    finished = []
+    monkeypatch.setattr(recorder, "finish", finished.append)
+    middleware = Middleware(lambda request: Response())
+    if on_a_greenlet:
+        greenlet.greenlet(lambda: middleware(Request())).switch()
+    else:
+        middleware(Request())
+    ((*_, by_label, status, path),) = finished
+    assert (by_label, status, path) == (on_a_greenlet, 200, "/items/1")
