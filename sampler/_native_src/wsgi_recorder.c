@@ -91,23 +91,29 @@ int recorder_hand_over(PyObject *recorder, PyObject *finished, Py_ssize_t max_pe
  * on_greenlet(). */
 int on_greenlet(void)
 {
-    static PyObject *name, *getcurrent, *parent;
-    if (name == NULL) {
-        name = PyUnicode_InternFromString("greenlet");
-        getcurrent = PyUnicode_InternFromString("getcurrent");
-        parent = PyUnicode_InternFromString("parent");
-        if (name == NULL || getcurrent == NULL || parent == NULL) {
+    /* greenlet.getcurrent, kept once greenlet is loaded: looking the module up cost ~1,000
+     * instructions a request (PyImport_GetModule asks the module whether it is initialised). */
+    static PyObject *getcurrent, *parent;
+    if (getcurrent == NULL) {
+        PyObject *name = PyUnicode_InternFromString("greenlet");
+        PyObject *module = name == NULL ? NULL : PyImport_GetModule(name);
+        Py_XDECREF(name);
+        if (module == NULL) { /* not loaded (nothing imported here), or the look-up failed */
+            PyErr_Clear();
+            return 0;
+        }
+        getcurrent = PyObject_GetAttrString(module, "getcurrent");
+        Py_DECREF(module);
+        if (parent == NULL) {
+            parent = PyUnicode_InternFromString("parent");
+        }
+        if (getcurrent == NULL || parent == NULL) {
+            Py_CLEAR(getcurrent);
             PyErr_Clear();
             return 0;
         }
     }
-    PyObject *module = PyImport_GetModule(name); /* only if loaded: nothing imported here */
-    if (module == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    PyObject *current = PyObject_CallMethodNoArgs(module, getcurrent);
-    Py_DECREF(module);
+    PyObject *current = PyObject_CallNoArgs(getcurrent);
     PyObject *above = current != NULL ? PyObject_GetAttr(current, parent) : NULL;
     Py_XDECREF(current);
     int green = above != NULL && above != Py_None;
