@@ -23,8 +23,8 @@ typedef struct {
     vectorcallfunc vectorcall;
 } TimedCall;
 
-/* Tells the watcher of a call that ran past its limit, its error (if any) kept unless telling
- * fails. */
+/* Tells the watcher of a call that ran past its limit, its error (if any) kept, or when
+ * telling fails the context of that failure. */
 static int tell(TimedCall *self, unsigned long ident_value, double started, double elapsed,
                 PyObject *const *args, Py_ssize_t nargs)
 {
@@ -46,9 +46,7 @@ static int tell(TimedCall *self, unsigned long ident_value, double started, doub
     Py_XDECREF(ident);
     Py_XDECREF(result);
     if (result == NULL) {
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(traceback);
+        _PyErr_ChainExceptions(type, value, traceback); /* the call's, as a finally's context */
         return -1;
     }
     PyErr_Restore(type, value, traceback);

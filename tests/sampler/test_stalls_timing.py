@@ -271,3 +271,20 @@ def test_a_table_that_cannot_grow_lets_the_call_run_untimed():
             thread.join(timeout=10)
     assert ran == [8]  # it ran, with no slot of its own
     assert running.copy() == {}
+
+
+def test_telling_that_fails_after_the_call_raised_keeps_the_calls_error_as_its_context(watcher):
+    # As the Python wrapper's finally: the failure raised, the call's own error its context.
+    watcher.threshold = 0.0
+
+    def broken(args):
+        raise KeyError("describe")
+
+    def fails(self):
+        raise ValueError("the call's own")
+
+    wrapped = timed(fails, "event-loop", watcher, broken)
+    with pytest.raises(KeyError) as raised:
+        wrapped(object())
+    assert isinstance(raised.value.__context__, ValueError)
+    assert watcher._running.copy() == {}
