@@ -661,7 +661,16 @@ def test_c_reads_a_request_start_header_to_the_same_double_as_float():
         assert (route.queue.max if route.queue.count else None) == expected, header
 
 
+# Functions named for where a greenlet's request spends its time, found in its stacks.
 def spin_in_the_body(seconds):
+    spin(seconds)
+
+
+def spin_in_slow(seconds):
+    spin(seconds)
+
+
+def spin_in_other(seconds):
     spin(seconds)
 
 
@@ -695,14 +704,6 @@ def test_a_streamed_body_keeps_its_stacks_under_green_threads(wsgi_middleware):
         sampler.stop()
     (slowest,) = document["routes"]["/stream"]["slowest"]
     assert any("spin_in_the_body" in stack for stack in slowest["stacks"]), slowest["stacks"]
-
-
-def spin_in_slow(seconds):
-    spin(seconds)
-
-
-def spin_in_other(seconds):
-    spin(seconds)
 
 
 @pytest.mark.skipif("c" not in WSGI_PATHS, reason="the native extension is not built")
