@@ -100,6 +100,11 @@ typedef struct {
     running_call *slots;
     Py_ssize_t used, capacity; /* slots from ``used`` on are free */
     double limits[KINDS];      /* seconds: a call running longer is a stall */
+    /* The watcher's idle spells (watch.c): calls begun so far, the count as the watcher last
+     * saw it change and when, and whether it sleeps long now (the next call wakes it). */
+    uint64_t begun, watcher_seen;
+    double watcher_seen_at;
+    int watcher_idle;
 } RunningCalls;
 
 /* The kind a name stands for, or -1 with a ValueError set. */

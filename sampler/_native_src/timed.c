@@ -63,6 +63,11 @@ static PyObject *TimedCall_vectorcall(TimedCall *self, PyObject *const *args, si
         PyErr_Clear();
         return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
     }
+    running->begun++;
+    if (running->watcher_idle) { /* the watcher sleeps long, no call having begun for a while */
+        running->watcher_idle = 0;
+        gil_alarm_wake();
+    }
     running_call outer = running->slots[at]; /* the thread's call this one runs in, if any */
     double started = monotonic_now();
     running->slots[at] = (running_call){ident, started, self->kind, 0};

@@ -18,6 +18,7 @@
  * while it runs; until some call gets there the watcher sleeps longer than a period (below). */
 #define LEAD 0.005
 #define SHORTEST_SLEEP 0.001
+#define IDLE_AFTER 1.0 /* seconds with no timed call begun: the watcher sleeps long (idle_sleep) */
 
 double gil_wait_once(double seconds, double threshold, gil_watch *watch, PyObject *own)
 {
@@ -227,6 +228,53 @@ static int first_reading_time(const watched *w, double now, double longest, doub
     return 0;
 }
 
+/* How many of ``threads`` (threading's, by ident) are not the sampler's own; -1 on an error. */
+static Py_ssize_t host_threads(const watched *w, PyObject *threads)
+{
+    Py_ssize_t pos = 0, count = 0;
+    PyObject *ident, *thread;
+    while (PyDict_Next(threads, &pos, &ident, &thread)) {
+        int own = w->own != NULL && PyAnySet_Check(w->own) ? PySet_Contains(w->own, ident) : 0;
+        if (own < 0) {
+            PyErr_Clear();
+            return -1;
+        }
+        count += !own;
+    }
+    return count;
+}
+
+/* With TimedCall's table, in a process whose host runs one thread: once no call has begun for
+ * IDLE_AFTER and none runs, the watcher sleeps the rest of Python's second, and the next call
+ * to begin wakes it (timed.c). An idle worker's watcher woke ~22 times a second to find
+ * nothing. What those wakes alone find, a GIL hold no tick saw (its holder off the CPU:
+ * blocked in a call that kept the GIL), needs another host thread waiting for the GIL: with
+ * more than one, the watcher keeps its wakes. */
+static void idle_sleep(const watched *w, PyObject *threads, double now, double quiet_left,
+                       double *sleep)
+{
+    if (!running_check(w->running)) {
+        return;
+    }
+    RunningCalls *running = (RunningCalls *)w->running;
+    running->watcher_idle = 0;
+    if (running->begun != running->watcher_seen || running->watcher_seen_at == 0) {
+        running->watcher_seen = running->begun;
+        running->watcher_seen_at = now;
+        return;
+    }
+    Py_ssize_t pos = 0;
+    unsigned long ident;
+    int kind;
+    double started;
+    if (now - running->watcher_seen_at >= IDLE_AFTER && quiet_left > *sleep &&
+        !running_next(w->running, &pos, &ident, &kind, &started) &&
+        host_threads(w, threads) == 1) {
+        *sleep = quiet_left;
+        running->watcher_idle = 1;
+    }
+}
+
 /* How long the watcher sleeps from ``now``: a period while a call is being read; else until
  * the first running call is to be read, and with none, the smallest limit less the lead (a
  * call that starts just after the sleep starts is then seen before it is to be read), but
@@ -234,7 +282,8 @@ static int first_reading_time(const watched *w, double now, double longest, doub
  * (Python's loop runs at least once a second, whatever the thresholds). A wake found nothing
  * to do ~40 times a second with a 25 ms period; ~22 with 45 ms sleeps, and waking is most of
  * the watcher's cost. -1 with an exception set. */
-static int sleep_for(const watched *w, double now, double quiet_left, double *sleep)
+static int sleep_for(const watched *w, PyObject *threads, double now, double quiet_left,
+                     double *sleep)
 {
     double limit = w->threshold < w->request_threshold ? w->threshold : w->request_threshold;
     double longest = limit - lead(w) > w->period ? limit - lead(w) : w->period;
@@ -249,6 +298,7 @@ static int sleep_for(const watched *w, double now, double quiet_left, double *sl
     if (!(*sleep >= SHORTEST_SLEEP)) {
         *sleep = SHORTEST_SLEEP;
     }
+    idle_sleep(w, threads, now, quiet_left, sleep);
     return 0;
 }
 
@@ -335,7 +385,7 @@ PyObject *native_watch_wait(PyObject *module, PyObject *const *args, Py_ssize_t 
         double sleep;
         uint64_t before = monotonic_ns();
         double quiet_left = before < quiet_until ? (double)(quiet_until - before) / 1e9 : 0;
-        if (sleep_for(&w, (double)before / 1e9, quiet_left, &sleep) < 0) {
+        if (sleep_for(&w, threads, (double)before / 1e9, quiet_left, &sleep) < 0) {
             Py_DECREF(threads);
             release_watched(&w);
             return NULL;

@@ -132,6 +132,62 @@ def test_with_no_call_near_its_limit_it_sleeps_longer_than_a_period():
     assert switches[0] < 55, switches
 
 
+def idle_second(watched, other_host_thread=False):
+    """The wakes of the watcher's thread in a second with no timed call, after one more such
+    second; then, run by that thread, the wait in which a call begins after 0.2 s."""
+    from sampler import _native
+
+    watched._running = _native.RunningCalls()  # TimedCall's table, read in C
+    # Its own threads: the harness's (pytest-timeout's timer) stand with them, so the host's
+    # are the main thread and ``other``.
+    harness = {t.ident for t in threading.enumerate() if t is not threading.main_thread()}
+    watched._sampler = types.SimpleNamespace(_excluded=harness)
+    results = []
+
+    def waits():
+        watched._sampler._excluded.add(threading.get_ident())
+        native_id = threading.get_native_id()
+        watched.wait()  # a second with no call begun
+        before = voluntary_switches(native_id)
+        results.append((*watched.wait(), voluntary_switches(native_id) - before))
+        results.append(watched.wait())
+
+    leave = threading.Event()
+    other = threading.Thread(target=leave.wait, args=(10,))
+    if other_host_thread:
+        other.start()
+    thread = threading.Thread(target=waits)
+    thread.start()
+    try:
+        while not results:
+            time.sleep(0.01)
+        time.sleep(0.2)  # the third wait asleep
+        begun = time.monotonic()
+        _native.TimedCall(lambda: time.sleep(0.3), "event-loop", watched._running, print, repr)()
+        thread.join(timeout=10)
+    finally:
+        leave.set()
+    (idle_elapsed, _, switches), (woken_elapsed, (*_, now)) = results
+    return idle_elapsed, switches, woken_elapsed, now - begun
+
+
+def test_with_no_call_timed_in_c_for_a_second_it_sleeps_until_one_begins():
+    # An idle worker's watcher woke ~22 times a second to find nothing: once no call has
+    # begun for a second, it sleeps the rest of the loop's second, and the next call to begin
+    # wakes it (an event-loop callback blocking 0.3 s is then read at its limit, not later).
+    idle_elapsed, switches, woken_elapsed, returned = idle_second(Watched())
+    assert 0.95 <= idle_elapsed < 2.5 and switches < 10, (idle_elapsed, switches)
+    assert returned < THRESHOLD + 0.15, returned  # at the call's limit less the lead
+    assert woken_elapsed < 0.9, woken_elapsed
+
+
+def test_with_another_host_thread_it_keeps_its_wakes():
+    # Another thread may wait for a GIL held by a call that blocks in C (no tick sees it):
+    # only the watcher's wakes find that, so it keeps them.
+    _, switches, _, _ = idle_second(Watched(), other_host_thread=True)
+    assert switches >= 15, switches
+
+
 @pytest.mark.parametrize("threshold", [math.inf, 8.0])
 def test_thresholds_past_a_second_still_return_once_a_second_without_spinning(threshold):
     # The sleep follows the thresholds: an infinite one once made a sleep of no length (a
