@@ -9,6 +9,7 @@ import re
 import shutil
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,24 +72,24 @@ def _regex(text: str) -> str:
     return text
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
-    return value
+def _positive(convert: Callable[[str], Any], expected: str, bound: str) -> Callable[[str], Any]:
+    """Returns an argparse type: ``convert``'s value of the text, finite and above 0."""
+
+    # ArgumentTypeError, not ValueError: argparse prints its message as it is.
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not 0 < value < math.inf:  # inf and nan too: a window must end
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
+        return value
+
+    return parse
 
 
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-    return value
+_positive_int = _positive(int, "a whole number", "1 or more")
+_positive_seconds = _positive(float, "seconds", "a positive number of seconds")
 
 
 def _default_py_spy() -> str:
