@@ -5,14 +5,18 @@
 
 /* An attribute of Flask's request class that Flask sets when it has matched the URL:
  * ``url_rule`` (a rule: the request is named after its template) or ``routing_exception``
- * (no rule: [unmatched]). Stored in the instance's dict as a plain attribute would be; setting
- * it names the request in flight, with no before_request hook for Flask to call. */
+ * (no rule: [unmatched]). Stored in the instance's dict as a plain attribute would be (Flask's
+ * request has its dict made by the time it routes); setting it names the request in flight,
+ * with no before_request hook for Flask to call. */
 typedef struct {
     PyObject_HEAD
     PyObject *name;
     PyObject *unmatched;
+    PyObject *templates; /* id(rule) -> (rule, rule.rule): reading the attribute cost ~640 */
     int is_rule;
 } RoutedAttribute;
+
+#define MAX_RULES 4096 /* templates kept: past it the table starts over */
 
 static PyObject *routed_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
@@ -28,14 +32,32 @@ static PyObject *routed_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         attribute->name = Py_NewRef(name);
         attribute->unmatched = Py_NewRef(unmatched);
         attribute->is_rule = is_rule;
+        attribute->templates = PyDict_New();
+        if (attribute->templates == NULL) {
+            Py_CLEAR(attribute);
+        }
     }
     return (PyObject *)attribute;
 }
 
+static int routed_traverse(RoutedAttribute *attribute, visitproc visit, void *arg)
+{
+    Py_VISIT(attribute->templates);
+    return 0;
+}
+
+static int routed_clear(RoutedAttribute *attribute)
+{
+    Py_CLEAR(attribute->templates);
+    return 0;
+}
+
 static void routed_dealloc(RoutedAttribute *attribute)
 {
+    PyObject_GC_UnTrack(attribute);
     Py_CLEAR(attribute->name);
     Py_CLEAR(attribute->unmatched);
+    Py_CLEAR(attribute->templates);
     Py_TYPE(attribute)->tp_free((PyObject *)attribute);
 }
 
@@ -58,6 +80,37 @@ static PyObject *routed_get(RoutedAttribute *attribute, PyObject *instance, PyOb
     return value;
 }
 
+/* The template of a URL rule: rule.rule, kept by the rule's identity (a rule, unhashable, lives
+ * as long as its app's URL map; the table holds it, so its id is not taken by another). */
+static PyObject *rule_template(RoutedAttribute *attribute, PyObject *rule)
+{
+    if (attribute->templates == NULL) { /* cleared by the collector */
+        return PyObject_GetAttr(rule, str_rule);
+    }
+    PyObject *key = PyLong_FromVoidPtr(rule);
+    if (key == NULL) {
+        return NULL;
+    }
+    PyObject *kept = PyDict_GetItemWithError(attribute->templates, key);
+    if (kept != NULL) {
+        Py_DECREF(key);
+        return Py_NewRef(PyTuple_GET_ITEM(kept, 1));
+    }
+    PyObject *template = PyErr_Occurred() ? NULL : PyObject_GetAttr(rule, str_rule);
+    if (template != NULL && PyUnicode_Check(template)) {
+        if (PyDict_GET_SIZE(attribute->templates) >= MAX_RULES) {
+            PyDict_Clear(attribute->templates);
+        }
+        kept = PyTuple_Pack(2, rule, template);
+        if (kept == NULL || PyDict_SetItem(attribute->templates, key, kept) < 0) {
+            Py_CLEAR(template);
+        }
+        Py_XDECREF(kept);
+    }
+    Py_DECREF(key);
+    return template;
+}
+
 /* Names the request in flight whose environ this Flask request has; quietly nothing when
  * there is none (a test request context) or it is named already. */
 static void routed_notify(RoutedAttribute *attribute, PyObject *dict, PyObject *value)
@@ -69,7 +122,7 @@ static void routed_notify(RoutedAttribute *attribute, PyObject *dict, PyObject *
         return;
     }
     Py_INCREF(request);
-    PyObject *template = attribute->is_rule ? PyObject_GetAttr(value, str_rule)
+    PyObject *template = attribute->is_rule ? rule_template(attribute, value)
                                             : Py_NewRef(attribute->unmatched);
     PyObject *done = NULL;
     if (template != NULL) {
@@ -122,11 +175,13 @@ static int routed_set(RoutedAttribute *attribute, PyObject *instance, PyObject *
 PyTypeObject RoutedAttributeType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "sampler._native.RoutedAttribute",
     .tp_basicsize = sizeof(RoutedAttribute),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "RoutedAttribute(name, is_rule, unmatched): a Flask request attribute that names "
               "the request in flight when Flask sets it.",
     .tp_new = routed_new,
     .tp_dealloc = (destructor)routed_dealloc,
+    .tp_traverse = (traverseproc)routed_traverse,
+    .tp_clear = (inquiry)routed_clear,
     .tp_descr_get = (descrgetfunc)routed_get,
     .tp_descr_set = (descrsetfunc)routed_set,
 };

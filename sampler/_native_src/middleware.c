@@ -14,7 +14,7 @@
 
 #include <time.h>
 
-PyObject *str_pending, *str_awake, *str_finish, *str_route_name, *str_close;
+PyObject *str_pending, *str_finish, *str_route_name, *str_close;
 PyObject *str_path_info, *str_request_start, *str_queue_start, *str_file_wrapper;
 PyObject *str_slash, *str_append, *str_key, *zero;
 PyObject *str_environ, *str_rule, *str_route, *str_routed;
@@ -39,7 +39,7 @@ int middleware_add_types(PyObject *module)
         PyObject **at;
         const char *text;
     } names[] = {
-        {&str_pending, "pending"},           {&str_awake, "_awake"},
+        {&str_pending, "pending"},
         {&str_finish, "finish"},             {&str_route_name, "route_name"},
         {&str_close, "close"},               {&str_path_info, "PATH_INFO"},
         {&str_request_start, "HTTP_X_REQUEST_START"},

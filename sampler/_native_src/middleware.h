@@ -121,7 +121,7 @@ int running_next(PyObject *running, Py_ssize_t *pos, unsigned long *ident, int *
 
 /* -- what they share (middleware.c) --------------------------------------------------------- */
 
-extern PyObject *str_pending, *str_awake, *str_finish, *str_route_name, *str_close;
+extern PyObject *str_pending, *str_finish, *str_route_name, *str_close;
 extern PyObject *str_path_info, *str_request_start, *str_queue_start, *str_file_wrapper;
 extern PyObject *str_slash, *str_append, *str_key, *zero;
 extern PyObject *str_environ, *str_rule, *str_route, *str_routed;

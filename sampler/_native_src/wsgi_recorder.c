@@ -62,27 +62,23 @@ PyObject *finished_new(PyObject *route, double started, double duration, PyObjec
 int recorder_hand_over(PyObject *recorder, PyObject *finished, Py_ssize_t max_pending)
 {
     PyObject *pending = PyObject_GetAttr(recorder, str_pending);
-    int failed = pending == NULL;
-    if (!failed) {
-        /* The queue's bound and the wake-up: recorder.finish does both, called when the queue
-         * is long (it counts the drop) or the recorder's thread is not awake. */
-        PyObject *awake = PyObject_GetAttr(recorder, str_awake);
-        Py_ssize_t length = awake != NULL ? PyObject_Size(pending) : -1;
-        if (awake == NULL || length < 0) {
-            failed = 1;
-        } else if (awake == Py_True && length < max_pending) {
-            PyObject *done = PyObject_CallMethodOneArg(pending, str_append, finished);
-            failed = done == NULL;
-            Py_XDECREF(done);
-        } else {
-            PyObject *done = PyObject_CallMethodOneArg(recorder, str_finish, finished);
-            failed = done == NULL;
-            Py_XDECREF(done);
-        }
-        Py_XDECREF(awake);
-        Py_DECREF(pending);
+    if (pending == NULL) {
+        return -1;
     }
-    return failed ? -1 : 0;
+    Py_ssize_t length = PyObject_Size(pending);
+    PyObject *done = NULL;
+    if (length > 0 && length < max_pending) {
+        /* A request ahead in the queue went through finish, which woke the recorder's thread
+         * if it slept, and that thread leaves only with the queue empty: appended here, as
+         * finish would (reading its _awake flag cost as much again). */
+        done = PyObject_CallMethodOneArg(pending, str_append, finished);
+    } else if (length >= 0) {
+        /* The first request of a batch, or the queue full (finish counts the drop). */
+        done = PyObject_CallMethodOneArg(recorder, str_finish, finished);
+    }
+    Py_DECREF(pending);
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
 }
 
 /* 1 when the calling code runs on a greenlet other than its thread's main one (gevent's or
@@ -91,17 +87,22 @@ int recorder_hand_over(PyObject *recorder, PyObject *finished, Py_ssize_t max_pe
  * on_greenlet(). */
 int on_greenlet(void)
 {
-    /* greenlet.getcurrent, kept once greenlet is loaded: looking the module up cost ~1,000
-     * instructions a request (PyImport_GetModule asks the module whether it is initialised). */
-    static PyObject *getcurrent, *parent;
+    /* greenlet.getcurrent, kept once greenlet is loaded: PyImport_GetModule cost ~1,000
+     * instructions a request (it asks the module whether it is initialised), and the name
+     * made anew each time ~850, so until then sys.modules is looked in directly. */
+    static PyObject *getcurrent, *parent, *name;
     if (getcurrent == NULL) {
-        PyObject *name = PyUnicode_InternFromString("greenlet");
-        PyObject *module = name == NULL ? NULL : PyImport_GetModule(name);
-        Py_XDECREF(name);
-        if (module == NULL) { /* not loaded (nothing imported here), or the look-up failed */
+        if (name == NULL && (name = PyUnicode_InternFromString("greenlet")) == NULL) {
             PyErr_Clear();
             return 0;
         }
+        PyObject *modules = PyImport_GetModuleDict();
+        PyObject *module = PyDict_Check(modules) ? PyDict_GetItemWithError(modules, name) : NULL;
+        if (module == NULL || module == Py_None) { /* not loaded, or the look-up failed */
+            PyErr_Clear();
+            return 0;
+        }
+        Py_INCREF(module);
         getcurrent = PyObject_GetAttrString(module, "getcurrent");
         Py_DECREF(module);
         if (parent == NULL) {

@@ -5,11 +5,13 @@ import asyncio
 import contextlib
 import gc
 import http.client
+import subprocess
 import sys
 import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import pytest
@@ -767,3 +769,52 @@ def test_a_django_request_on_a_greenlet_is_found_by_its_route(on_a_greenlet, mon
         middleware(Request())
     ((*_, by_label, status, path),) = finished
     assert (by_label, status, path) == (on_a_greenlet, 200, "/items/1")
+
+
+GREENLET_LOADED_LATE = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import sampler.middleware
+from sampler._requests import recorder
+
+finished = []
+recorder.finish = finished.append
+
+
+def app(environ, start_response):
+    start_response("200 OK", [])
+    return [b"ok"]
+
+
+middleware = sampler.middleware.{name}(app)
+
+
+def call():
+    body = middleware({{"PATH_INFO": "/r"}}, lambda *args: None)
+    list(body)
+    body.close()
+
+
+call()  # greenlet not loaded yet: looked for at each request, not remembered as absent
+assert "greenlet" not in sys.modules
+import greenlet
+
+greenlet.greenlet(call).switch()
+call()
+print([request[6] for request in finished])
+"""
+
+
+@pytest.mark.parametrize("path", WSGI_PATHS)
+def test_greenlet_loaded_after_the_first_request_is_still_seen(path):
+    # gevent is often imported by a worker after the app module (a server's own hooks): the
+    # middleware must find greenlets from then on, not keep that it found no greenlet module.
+    pytest.importorskip("greenlet")
+    name = {"c": "WSGIMiddleware", "python": "_wsgi.PythonWSGIMiddleware"}[path]
+    script = GREENLET_LOADED_LATE.format(name=name)
+    root = str(Path(sampler.__file__).resolve().parents[1])
+    run = subprocess.run(
+        [sys.executable, "-c", script, root], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["[False,", "True,", "False]"]
