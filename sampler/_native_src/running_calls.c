@@ -28,9 +28,44 @@ int running_kind(PyObject *name)
     return -1;
 }
 
+/* With more slots in use than this, a thread first tries the slot it was given last. */
+#define SCAN_FIRST 16
+
+/* The slot this thread was given last, and by which table: while the thread holds a slot it
+ * is that one (nested calls are given it again), and once given back it is free or another
+ * thread's. A scan of 200 threads' slots cost ~1,500 instructions a call. */
+static __thread __attribute__((tls_model("initial-exec"))) struct {
+    const RunningCalls *table;
+    Py_ssize_t at;
+} last_given;
+
+static Py_ssize_t running_scan(RunningCalls *running, unsigned long ident);
+
 /* The slot of the thread ``ident``: its own if it has one (a nested call), else a free one
  * (then its ident is 0). -1 with MemoryError set when none is left and the table cannot grow. */
 Py_ssize_t running_slot(RunningCalls *running, unsigned long ident)
+{
+    Py_ssize_t at = last_given.at;
+    if (running->used > SCAN_FIRST && last_given.table == running) {
+        if (at < running->used &&
+            (running->slots[at].ident == ident || running->slots[at].ident == 0)) {
+            return at;
+        }
+        if (at == running->used && at < running->capacity) {
+            /* The last slot, given back (the table's end moved back over it): taken again. A
+             * thread holding a slot is given it again above, so it holds none now. */
+            running->slots[at] = (running_call){0, 0.0, 0, 0};
+            running->used++;
+            return at;
+        }
+    }
+    at = running_scan(running, ident);
+    last_given.table = running;
+    last_given.at = at;
+    return at;
+}
+
+static Py_ssize_t running_scan(RunningCalls *running, unsigned long ident)
 {
     Py_ssize_t free_slot = -1;
     for (Py_ssize_t i = 0; i < running->used; i++) {

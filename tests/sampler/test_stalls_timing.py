@@ -288,3 +288,47 @@ def test_telling_that_fails_after_the_call_raised_keeps_the_calls_error_as_its_c
         wrapped(object())
     assert isinstance(raised.value.__context__, ValueError)
     assert watcher._running.copy() == {}
+
+
+@pytest.mark.skipif(_native is None, reason="the extension is not built")
+def test_past_sixteen_slots_a_thread_is_given_its_last_slot_only_if_free_or_its_own():
+    # Past 16 slots in use a thread is first given the slot it had last, not a scan of them
+    # all (a scan of 200 cost ~1,500 instructions a call): never when another thread has
+    # taken that slot since.
+    running = _native.RunningCalls()
+    running.set_limit("request", 10.0)
+    inside, leave = threading.Barrier(2), threading.Event()
+    held = _native.TimedCall(
+        lambda: (inside.wait(10), leave.wait(10)), "request", running, print, repr
+    )
+    threads = []
+
+    def hold():
+        threads.append(threading.Thread(target=held))
+        threads[-1].start()
+        inside.wait(10)
+
+    seen = []
+    mine = _native.TimedCall(
+        lambda: seen.append((len(running), sorted(running.copy()))), "request", running, print, repr
+    )
+    try:
+        for _ in range(20):
+            hold()
+        mine()  # the table's 21st slot, given back at the end
+        hold()  # another thread's now
+        mine()  # nested calls and calls again after it, in any slot but that one
+        _native.TimedCall(mine, "request", running, print, repr)()
+    finally:
+        leave.set()
+        for thread in threads:
+            thread.join(timeout=10)
+    others = [thread.ident for thread in threads]
+    me = threading.get_ident()
+    assert seen == [
+        (21, sorted(others[:20] + [me])),
+        (22, sorted(others + [me])),
+        (22, sorted(others + [me])),
+    ]
+    assert running.copy() == {} and len(running) == 0
+
