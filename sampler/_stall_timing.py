@@ -91,6 +91,12 @@ def python_timed(original: Any, kind: str, watcher: StallWatcher, describe: Any)
             if elapsed > limits[kind]:
                 watcher.finished(kind, ident, started, elapsed, describe(args))
 
+    # The method's name, module and doc (functools.wraps's), as the C type reports them.
+    for name in ("__name__", "__qualname__", "__module__", "__doc__"):
+        try:
+            setattr(timed, name, getattr(original, name))
+        except (AttributeError, TypeError):
+            pass
     timed.__wrapped__ = original  # type: ignore[attr-defined]
     timed.__fleetflame_timed__ = True  # type: ignore[attr-defined]
     return timed

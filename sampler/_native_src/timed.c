@@ -174,8 +174,19 @@ static PyMemberDef TimedCall_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
+/* The timed method's own name, qualified name, module and doc, as functools.wraps gives a
+ * wrapper: what tools that name or wrap the method (Handle._run) read. */
+static PyObject *TimedCall_original_attribute(TimedCall *self, void *name)
+{
+    return PyObject_GetAttrString(self->original, (const char *)name);
+}
+
 static PyGetSetDef TimedCall_getset[] = {
     {"__fleetflame_timed__", TimedCall_is_timed, NULL, "True: a stall watcher's timing", NULL},
+    {"__name__", (getter)TimedCall_original_attribute, NULL, "the method's", "__name__"},
+    {"__qualname__", (getter)TimedCall_original_attribute, NULL, "the method's", "__qualname__"},
+    {"__module__", (getter)TimedCall_original_attribute, NULL, "the method's", "__module__"},
+    {"__doc__", (getter)TimedCall_original_attribute, NULL, "the method's", "__doc__"},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

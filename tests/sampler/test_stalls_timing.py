@@ -332,3 +332,13 @@ def test_past_sixteen_slots_a_thread_is_given_its_last_slot_only_if_free_or_its_
     ]
     assert running.copy() == {} and len(running) == 0
 
+
+def test_a_timed_method_keeps_its_name_module_and_doc(watcher):
+    # Tools that name or wrap asyncio's Handle._run (functools.wraps) read these.
+    import asyncio
+
+    original = asyncio.Handle._run
+    wrapped = timed(original, "event-loop", watcher, describe)
+    assert (wrapped.__name__, wrapped.__qualname__) == ("_run", "Handle._run")
+    assert (wrapped.__module__, wrapped.__doc__) == (original.__module__, original.__doc__)
+    assert wrapped.__wrapped__ is original
