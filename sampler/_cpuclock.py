@@ -62,6 +62,16 @@ def thread_of(ident: int) -> threading.Thread | None:
     return thread
 
 
+def thread_name(ident: int | None) -> str:
+    """The name of a thread ident as the OS knows it: its Python thread's, else the ident.
+    Under gevent's patch threading knows greenlets, not the OS's main thread, which requests
+    and stalls are told by."""
+    thread = thread_of(ident) if ident is not None else None
+    if thread is not None:
+        return thread.name
+    return "?" if ident is None else str(ident)
+
+
 def native_id_of(ident: int) -> int | None:
     """The kernel id of a Python thread, or None when ``threading`` does not know it."""
     thread = thread_of(ident)

@@ -23,6 +23,7 @@ import time
 from collections import deque
 
 from . import _labels
+from ._cpuclock import thread_name
 from ._log import log
 from ._osthread import green_threads, own_thread
 from ._request_routes import TOP, WINDOW, Route, SlowRequest, queue_delay, status_code
@@ -260,7 +261,7 @@ class Recorder:
                 slow_request.started = clock_offset + started
                 slow_request.id = self._next_id
                 self._next_id += 1
-                slow_request.thread = _thread_name(ident)
+                slow_request.thread = thread_name(ident)
                 slow_request.status = status_code(status)
                 slow_request.path = path[:MAX_PATH]
                 if len(route.slowest) < TOP:
@@ -360,11 +361,6 @@ def on_greenlet() -> bool:
         return module.getcurrent().parent is not None
     except Exception:  # noqa: BLE001 - never fail the host's request
         return False
-
-
-def _thread_name(ident: int) -> str:
-    thread = threading._active.get(ident)  # type: ignore[attr-defined]
-    return thread.name if thread is not None else str(ident)
 
 
 recorder = Recorder()

@@ -173,9 +173,7 @@ class StackTable:
 
     def thread_root(self, ident: int) -> int:
         """Returns the id of the root frame naming a thread, ``[thread:NAME]``."""
-        thread = _cpuclock.thread_of(ident)
-        name = thread.name if thread is not None else str(ident)
-        return self.intern(thread_frame(name))
+        return self.intern(thread_frame(_cpuclock.thread_name(ident)))
 
     def sample(
         self, frames: Mapping[int, FrameType], excluded: set[int], *, reader: bool = False

@@ -29,6 +29,7 @@ import threading
 import time
 from collections import deque
 
+from ._cpuclock import thread_name
 from ._log import log
 from ._osthread import own_thread
 from ._stall_kinds import TIMED, gil_what
@@ -64,7 +65,7 @@ class Stall:
         self.id = 0
         self.kind = kind
         self.ident = ident
-        self.thread = _thread_name(ident)
+        self.thread = thread_name(ident)
         self.started = started
         self.duration = duration
         self.what = ""
@@ -369,13 +370,6 @@ class StallWatcher:
             "next": next_id,
             "stalls": [s.document() for s in stalls],
         }
-
-
-def _thread_name(ident: int | None) -> str:
-    if ident is None:
-        return "?"
-    thread = threading._active.get(ident)  # type: ignore[attr-defined]
-    return thread.name if thread is not None else str(ident)
 
 
 def _top(stacks: dict[str, Any]) -> dict[str, Any]:

@@ -134,3 +134,19 @@ def test_a_slow_requests_stacks_on_green_threads_are_its_routes_not_its_os_threa
     monkeypatch.setattr(threading, "_thread_start", threading._start_new_thread, raising=False)
     monkeypatch.setattr(threading, "_start_new_thread", start_new_thread)
     assert stacks_of_a_slow_request() == {f"stack of {mine}": 1.0}
+
+
+def test_the_os_main_thread_is_named_when_threading_knows_only_greenlets(monkeypatch):
+    # Under gevent's patch threading's table is keyed by greenlets: a slow request or stall
+    # told by the OS main thread's ident was named by that number.
+    import _thread
+
+    from sampler import _cpuclock
+    from sampler._stalls import Stall
+
+    ident = _thread.get_ident()  # the OS thread's, whatever patched threading
+    others = {key: thread for key, thread in threading._active.items() if key != ident}
+    monkeypatch.setattr(threading, "_active", others)
+    assert _cpuclock.thread_name(ident) == "MainThread"
+    assert _cpuclock.thread_name(None) == "?" and _cpuclock.thread_name(12345) == "12345"
+    assert Stall("request", ident, 0.0, 0.1).thread == "MainThread"
