@@ -46,7 +46,7 @@ static Py_ssize_t running_scan(RunningCalls *running, unsigned long ident);
 Py_ssize_t running_slot(RunningCalls *running, unsigned long ident)
 {
     Py_ssize_t at = last_given.at;
-    if (running->used > SCAN_FIRST && last_given.table == running) {
+    if (running->used > SCAN_FIRST && last_given.table == running && at >= 0) {
         if (at < running->used &&
             (running->slots[at].ident == ident || running->slots[at].ident == 0)) {
             return at;
@@ -60,8 +60,10 @@ Py_ssize_t running_slot(RunningCalls *running, unsigned long ident)
         }
     }
     at = running_scan(running, ident);
-    last_given.table = running;
-    last_given.at = at;
+    if (at >= 0) { /* not when the table could not grow (-1): no slot was given */
+        last_given.table = running;
+        last_given.at = at;
+    }
     return at;
 }
 

@@ -342,3 +342,42 @@ def test_a_timed_method_keeps_its_name_module_and_doc(watcher):
     assert (wrapped.__name__, wrapped.__qualname__) == ("_run", "Handle._run")
     assert (wrapped.__module__, wrapped.__doc__) == (original.__module__, original.__doc__)
     assert wrapped.__wrapped__ is original
+
+
+def test_a_thread_whose_slot_could_not_be_had_is_timed_again_once_memory_is_back():
+    # Past 16 slots in use, a failed growth of the table (-1) was kept as the thread's last
+    # slot: its next calls read the slot before the table's first (out of bounds) and, when
+    # that read 0, were given -1 again: untimed for as long as the table stayed that full.
+    _testcapi = pytest.importorskip("_testcapi")
+    if _native is None or not hasattr(_testcapi, "set_nomemory"):
+        pytest.skip("needs the extension and _testcapi.set_nomemory")
+    running = _native.RunningCalls()
+    running.set_limit("request", 10.0)
+    holders = 32  # a full table: the next thread's slot needs it to grow
+    inside, leave = threading.Barrier(holders + 1), threading.Event()
+    held = _native.TimedCall(
+        lambda: (inside.wait(10), leave.wait(10)), "request", running, print, repr
+    )
+    threads = [threading.Thread(target=held) for _ in range(holders)]
+    me = threading.get_ident()
+    seen = []
+    mine = _native.TimedCall(
+        lambda: seen.append(me in running.copy()), "request", running, print, repr
+    )
+    try:
+        for thread in threads:
+            thread.start()
+        inside.wait(10)
+        _testcapi.set_nomemory(0, 1)  # the table's growth fails, once
+        try:
+            mine()
+        finally:
+            _testcapi.remove_mem_hooks()
+        mine()
+        mine()
+    finally:
+        leave.set()
+        for thread in threads:
+            thread.join(timeout=10)
+    assert seen == [False, True, True]
+    assert len(running) == 0
