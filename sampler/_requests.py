@@ -140,14 +140,41 @@ class Recorder:
                 return
             self._awake = True
             self._stopping.clear()
-            self._thread = threading.Thread(
-                target=self._run, name="fleetflame-requests", daemon=True
-            )
-            self._thread.start()
+            thread = threading.Thread(target=self._run, name="fleetflame-requests", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError:  # no thread to be had (a limit on threads, memory, shutdown)
+                self._awake = False
+                self._drop_pending()
+                log.warning("fleetflame: the request recorder's thread could not start")
+                return
+            self._thread = thread
+
+    def _drop_pending(self) -> None:
+        # What waits with no thread to count it is dropped, counted: the queue empty, the next
+        # request's hand-over calls finish, which wakes a thread again (the C middleware
+        # appends to a non-empty queue without calling finish: it holds that a non-empty queue
+        # has a thread that reads it).
+        pending = self.pending
+        while pending:
+            pending.popleft()
+            self.dropped += 1
 
     # -- the recorder's thread ------------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        except BaseException:
+            # The thread dies (it returns only with the queue empty): what waits is not left
+            # for a thread that is gone.
+            with self._wake_lock:
+                self._awake = False
+                self._drop_pending()
+            self.failures += 1
+            raise
+
+    def _serve(self) -> None:
         from ._process import running
 
         own_thread()
