@@ -87,8 +87,10 @@ def unavailable() -> str | None:
         return "the native engine needs Linux (per-thread CPU timers)"
     try:
         from . import _native
-    except ImportError as exc:
+    except ModuleNotFoundError as exc:
         problem = str(exc)
+    except ImportError as exc:  # built, but the system would not load it
+        return f"the native extension could not be loaded: {exc}"
     else:
         if hasattr(_native, "drain"):
             return None

@@ -99,6 +99,7 @@ class Recorder:
         self._lock = threading.Lock()  # the counts above, while a batch or a reader works
         self._wake_lock = threading.Lock()
         self._awake = False
+        self._start_failed = False
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._folded: dict[StackKey, str] = {}
@@ -123,7 +124,9 @@ class Recorder:
             return name
 
     def finish(self, request: Finished) -> None:
-        """Hands over a finished request (the middleware calls this, on the request's thread)."""
+        """Hands over a finished request (the middleware calls this, on the request's thread).
+        The C middleware calls it for the first request of a batch only: one that finds others
+        queued is appended as here (a thread to count them was woken by the first)."""
         pending = self.pending
         if len(pending) >= MAX_PENDING:
             self.dropped += 1
@@ -146,7 +149,12 @@ class Recorder:
             except RuntimeError:  # no thread to be had (a limit on threads, memory, shutdown)
                 self._awake = False
                 self._drop_pending()
-                log.warning("fleetflame: the request recorder's thread could not start")
+                if not self._start_failed:  # once: every request after would try again
+                    self._start_failed = True
+                    log.warning(
+                        "fleetflame: the request recorder's thread could not start; the "
+                        "requests that waited for it are dropped (counted)"
+                    )
                 return
             self._thread = thread
 

@@ -34,7 +34,7 @@ int running_kind(PyObject *name)
 /* The slot this thread was given last, and by which table: while the thread holds a slot it
  * is that one (nested calls are given it again), and once given back it is free or another
  * thread's. A scan of 200 threads' slots cost ~1,500 instructions a call. */
-static __thread __attribute__((tls_model("initial-exec"))) struct {
+static __thread struct {
     const RunningCalls *table;
     Py_ssize_t at;
 } last_given;

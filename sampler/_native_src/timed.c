@@ -178,6 +178,10 @@ static PyMemberDef TimedCall_members[] = {
  * wrapper: what tools that name or wrap the method (Handle._run) read. */
 static PyObject *TimedCall_original_attribute(TimedCall *self, void *name)
 {
+    if (self->original == NULL) { /* cleared by the collector */
+        PyErr_SetString(PyExc_AttributeError, (const char *)name);
+        return NULL;
+    }
     return PyObject_GetAttrString(self->original, (const char *)name);
 }
 
