@@ -189,7 +189,9 @@ class Query:
         asked for in id order, so the store finds them in its primary key's order, reading each
         page once (SQLite: 200,000 stacks in ~0.2 s against ~0.4 s in the order of a window)."""
         with translate_errors("reading stack text"), self.store.engine.read_transaction() as conn:
-            return self.store.engine.stack_lines(conn, sorted(set(ids)))
+            # dict.fromkeys keeps their order: a window's ids come in id order mostly, and
+            # sorting them is then one pass (a set's order cost ~60 ms for 200,000).
+            return self.store.engine.stack_lines(conn, sorted(dict.fromkeys(ids)))
 
     def recent_stacks(self, start: int, end: int) -> list[int]:
         """Returns the ids of every stack with samples in [start, end), whatever its series,
