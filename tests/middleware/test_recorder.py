@@ -820,16 +820,30 @@ def test_greenlet_loaded_after_the_first_request_is_still_seen(path):
     assert run.stdout.split() == ["[False,", "True,", "False]"]
 
 
+def quick_recorder_app(path, monkeypatch):
+    """An app wrapped by the middleware of ``path``, its recorder's thread counting every
+    10 ms, and a request's environ."""
+    monkeypatch.setattr(_requests, "PERIOD", 0.01)
+    app = {"c": sampler.middleware.WSGIMiddleware, "python": PythonWSGIMiddleware}[path]
+    return app(plain_app), {"PATH_INFO": "/a", "REQUEST_METHOD": "GET"}
+
+
+def twenty_more_requests(wrapped, environ):
+    """Twenty requests, then a wait (5 s at most) for the recorder to have taken them."""
+    for _ in range(20):
+        call_wsgi(wrapped, dict(environ))
+    deadline = time.monotonic() + 5
+    while recorder.pending and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 @pytest.mark.parametrize("path", WSGI_PATHS)
 def test_a_recorder_thread_that_could_not_start_is_started_by_a_later_request(path, monkeypatch):
     # A spike of threads (a pids cgroup's limit, memory): the recorder's thread cannot start
     # once. The request is not failed for it, and requests after the spike are counted: the
     # recorder was left "awake" with no thread, and the C middleware, which appends to a
     # non-empty queue without calling finish, kept appending to a queue nothing read.
-    monkeypatch.setattr(_requests, "PERIOD", 0.01)
-    app = {"c": sampler.middleware.WSGIMiddleware, "python": PythonWSGIMiddleware}[path]
-    wrapped = app(plain_app)
-    environ = {"PATH_INFO": "/a", "REQUEST_METHOD": "GET"}
+    wrapped, environ = quick_recorder_app(path, monkeypatch)
 
     def refuse(self):
         raise RuntimeError("can't start new thread")
@@ -837,11 +851,7 @@ def test_a_recorder_thread_that_could_not_start_is_started_by_a_later_request(pa
     with monkeypatch.context() as spike:
         spike.setattr(threading.Thread, "start", refuse)
         call_wsgi(wrapped, dict(environ))  # not failed by the recorder
-    for _ in range(20):
-        call_wsgi(wrapped, dict(environ))
-    deadline = time.monotonic() + 5
-    while recorder.pending and time.monotonic() < deadline:
-        time.sleep(0.01)
+    twenty_more_requests(wrapped, environ)
     assert not recorder.pending, "requests left waiting for a recorder thread that never came"
     routes = recorder.document()["routes"]
     assert routes["/a"]["count"] + recorder.dropped == 21
@@ -852,10 +862,7 @@ def test_a_recorder_thread_that_could_not_start_is_started_by_a_later_request(pa
 def test_requests_are_counted_after_the_recorder_thread_died(path, monkeypatch):
     # The recorder's thread dies of an error outside its batches (its set-up here): it was
     # left "awake" with no thread, and every request after waited in the queue for good.
-    monkeypatch.setattr(_requests, "PERIOD", 0.01)
-    app = {"c": sampler.middleware.WSGIMiddleware, "python": PythonWSGIMiddleware}[path]
-    wrapped = app(plain_app)
-    environ = {"PATH_INFO": "/a", "REQUEST_METHOD": "GET"}
+    wrapped, environ = quick_recorder_app(path, monkeypatch)
     failed = []
 
     def fail_once():
@@ -868,10 +875,6 @@ def test_requests_are_counted_after_the_recorder_thread_died(path, monkeypatch):
     deadline = time.monotonic() + 5
     while recorder._awake and time.monotonic() < deadline:
         time.sleep(0.01)
-    for _ in range(20):
-        call_wsgi(wrapped, dict(environ))
-    deadline = time.monotonic() + 5
-    while recorder.pending and time.monotonic() < deadline:
-        time.sleep(0.01)
+    twenty_more_requests(wrapped, environ)
     assert not recorder.pending, "requests left waiting for a recorder thread that is gone"
     assert recorder.document()["routes"]["/a"]["count"] + recorder.dropped == 21
