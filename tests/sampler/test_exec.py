@@ -71,10 +71,16 @@ def test_a_failed_exec_leaves_the_sampler_as_it_was(engine):
         "thread.start(); thread.join()\n"
         "after = sampler.running()\n"
         "ticking = before.engine.name == 'native' or signal.getitimer(signal.ITIMER_PROF)[1] > 0\n"
-        "print(after is before, sum(after.folded().values()) >= counted > 0, ticking)"
+        "print(after is before, sum(after.folded().values()) >= counted > 0, ticking,\n"
+        "      getattr(before.driver, 'name', '-'))"  # the native engine has no driver
     )
     done = run_code(code, engine)
-    assert done.stdout == "True True True\n", done.stderr
+    same, counted, ticking, driver = done.stdout.split()
+    assert (same, counted) == ("True", "True"), done.stderr
+    # The signal timer goes on, unless a loaded machine starved the main thread's handlers
+    # and the watchdog moved the ticks to a thread (as it would without an exec).
+    starved = "not running signal handlers in time" in done.stderr
+    assert ticking == "True" or (driver == "thread" and starved), done.stderr
 
 
 @pytest.mark.parametrize("engine", ENGINES)
