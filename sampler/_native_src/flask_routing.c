@@ -32,8 +32,8 @@ static PyObject *routed_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         attribute->name = Py_NewRef(name);
         attribute->unmatched = Py_NewRef(unmatched);
         attribute->is_rule = is_rule;
-        attribute->templates = PyDict_New();
-        if (attribute->templates == NULL) {
+        attribute->templates = is_rule ? PyDict_New() : NULL; /* routing_exception: none */
+        if (is_rule && attribute->templates == NULL) {
             Py_CLEAR(attribute);
         }
     }

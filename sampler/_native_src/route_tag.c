@@ -57,8 +57,6 @@ static int native_table_set(PyObject *frame_key, PyObject *set)
     return 0;
 }
 
-/* Labels the frame's samples ``route`` (merged with the labels in force) from now on; returns
- * a new reference to the label set id. */
 /* The last (labels in force, route) tagged and what route_sets gave for it: requests after
  * requests ask for the same objects, and hashing the key took ~300 instructions. A set id
  * never changes its labels, so a pair kept here stays right when route_sets is emptied. */
@@ -91,6 +89,8 @@ static PyObject *route_set_of(PyObject *outer, PyObject *route)
     return found;
 }
 
+/* Labels the frame's samples ``route`` (merged with the labels in force) from now on; returns
+ * a new reference to the label set id. */
 PyObject *tag_route(RouteTag *tag, PyObject *route)
 {
     PyObject *found = route_set_of(tag->outer, route);
