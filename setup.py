@@ -70,6 +70,7 @@ def native_extensions() -> list[Extension]:
         "running_calls",
         "function_numbers",
         "function_files",
+        "line_sort",
     ]
     return [
         Extension(

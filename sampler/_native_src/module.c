@@ -65,6 +65,10 @@ static PyMethodDef methods[] = {
      "file_functions(stacks, first, functions) -> (holding, ending): for arrays('i') of "
      "function numbers, the ordinals (first, first + 1, ...) of the stacks holding each "
      "function, and of those whose first number it is, as {number: packed ordinals}."},
+    {"sort_lines", native_sort_lines, METH_VARARGS,
+     "sort_lines(lines, ids) -> (keys, ids) or None: folded stacks, one a line, as sort keys "
+     "(';' replaced by \\x01) in order, with their ids along; None when the text is not one "
+     "byte a character or holds \\x01 or \\x02 (which sort keys escape)."},
     {"asgi_request_start", native_asgi_request_start, METH_O,
      "asgi_request_start(headers): the value of an ASGI scope's first X-Request-Start or "
      "X-Queue-Start header, decoded as Latin-1, or None."},

@@ -53,6 +53,10 @@ PyObject *native_count_requests(PyObject *module, PyObject *args);
 PyObject *native_number_functions(PyObject *module, PyObject *args);
 PyObject *native_file_functions(PyObject *module, PyObject *args);
 
+/* -- the web UI's stack index (line_sort.c) ----------------------------------------------- */
+
+PyObject *native_sort_lines(PyObject *module, PyObject *args);
+
 /* -- the ASGI middleware's parts (asgi.c) ------------------------------------------------- */
 
 PyObject *native_asgi_request_start(PyObject *module, PyObject *headers);

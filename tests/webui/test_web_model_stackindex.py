@@ -293,7 +293,8 @@ def test_an_empty_window_first_of_all_is_an_empty_tree():
 
 
 def test_a_few_new_stacks_are_merged_in_as_sorting_would():
-    from webui.model.stackindex import _in_order, _merged
+    from webui.model.linesort import in_order
+    from webui.model.stackindex import _merged
 
     rng = random.Random(11)
     for _ in range(300):
@@ -302,4 +303,4 @@ def test_a_few_new_stacks_are_merged_in_as_sorting_would():
         new = sorted({"".join(rng.choices(words, k=rng.randint(0, 5))) for _ in range(10)})
         new = [key for key in new if key not in set(keys)]
         ids, new_ids = [hash(k) for k in keys], [hash(k) for k in new]
-        assert _merged(keys, ids, new, new_ids) == _in_order(keys + new, ids + new_ids)
+        assert _merged(keys, ids, new, new_ids) == in_order(keys + new, ids + new_ids)

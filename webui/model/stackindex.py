@@ -23,8 +23,9 @@ from sampler.profile import (
     SortedStacks,
     folded_of,
     sort_key,
-    sort_keys_of_lines,
 )
+
+from .linesort import in_order, keys_in_order
 
 __all__ = ["StackIndex"]
 
@@ -255,16 +256,21 @@ class StackIndex:
     def _drop_frames(self) -> None:
         self._frames, self._frame_names, self._frame_bytes = {}, {}, 0
 
-    def _read(self, ids: list[int]) -> tuple[list[str], list[int]]:
-        """Reads the text of ``ids``: their sort keys and ids, in order."""
+    def _read(self, ids: list[int]) -> tuple[list[str], list[int], int]:
+        """Reads the text of ``ids``: their sort keys and ids, in order, and the keys'
+        characters in all."""
         found, lines = self.read_lines(ids)
-        keys = sort_keys_of_lines(lines, len(found))
+        # The keys are as long as the lines (escaped control characters aside: it is an
+        # estimate), every character but the newlines between them.
+        chars = len(lines) - max(len(found) - 1, 0)
+        keys, found = keys_in_order(lines, found)
         if len(found) < len(ids):
             known = set(found)
             missing = [sid for sid in ids if sid not in known]
-            found = found + missing
-            keys = keys + [sort_key(unknown_stack(sid)) for sid in missing]
-        return _in_order(keys, found)
+            placeholders = [sort_key(unknown_stack(sid)) for sid in missing]
+            chars += sum(map(len, placeholders))
+            keys, found = _merged(keys, found, *in_order(placeholders, missing))
+        return keys, found, chars
 
     def _learn(self, ids: list[int]) -> _State:
         """Adds the stacks of ``ids`` it lacks, making room for them past the bound."""
@@ -273,21 +279,21 @@ class StackIndex:
             missing = [sid for sid in ids if sid not in rank]
             if not missing:
                 return self._state  # another thread (or a load) learned them meanwhile
-            new_keys, new_ids = self._read(missing)
-            added = sum(map(len, new_keys)) + _STACK_OVERHEAD * len(new_keys)
+            new_keys, new_ids, chars = self._read(missing)
+            added = chars + _STACK_OVERHEAD * len(new_keys)
             if self._bytes + self._frame_bytes + added > self.max_bytes:
                 self._drop_frames()
             if self._bytes + added > self.max_bytes and keys:
                 # Start over with this read's stacks only, keeping the keys known already.
                 kept = [sid for sid in ids if sid in rank]
-                keys, known_ids = _in_order([keys[rank[sid]] for sid in kept], kept)
+                keys, known_ids = in_order([keys[rank[sid]] for sid in kept], kept)
                 self._bytes = sum(map(len, keys)) + _STACK_OVERHEAD * len(keys)
-            return self._merge(keys, known_ids, new_keys, new_ids)
+            return self._merge(keys, known_ids, new_keys, new_ids, chars=chars)
 
     def _learn_within(self, ids: Sequence[int], share: float) -> tuple[int, bool]:
         """Adds the stacks of ``ids`` it lacks, in the order given, while they fit in
         ``share`` of the bound (frames included); returns how many, and whether all fitted."""
-        return self._add_within(ids, self._read, share)
+        return self._add_within(ids, lambda wanted: self._read(wanted)[:2], share)
 
     def _add_within(
         self,
@@ -362,7 +368,7 @@ def _merged(
 ) -> tuple[list[str], list[int]]:
     """Merges two sorted runs of keys, and their ids along with them."""
     if len(new_keys) * _FEW > len(keys):
-        return _in_order(keys + new_keys, ids + new_ids)  # the sort merges two runs in a pass
+        return in_order(keys + new_keys, ids + new_ids)  # the sort merges two runs in a pass
     # Few new keys, as a window of a live fleet brings: each is put in place by bisection and
     # the runs between are copied in slices, rather than calling a sort key 200,000 times.
     out_keys: list[str] = []
@@ -378,9 +384,3 @@ def _merged(
     out_keys += keys[done:]
     out_ids += ids[done:]
     return out_keys, out_ids
-
-
-def _in_order(keys: list[str], ids: list[int]) -> tuple[list[str], list[int]]:
-    """Sorts keys, and their ids along with them."""
-    order = sorted(range(len(keys)), key=keys.__getitem__)
-    return list(map(keys.__getitem__, order)), list(map(ids.__getitem__, order))
