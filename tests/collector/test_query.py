@@ -126,6 +126,43 @@ def test_stack_lines_in_one_row_agree_with_the_rows(fleet: Query, monkeypatch) -
                 driver.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, old)
 
 
+def test_many_stacks_are_read_in_two_halves_at_once(fleet: Query, monkeypatch) -> None:
+    import threading
+
+    from collector import query as query_module
+    from collector.store import StoreUnavailable
+
+    stored = sorted(fleet.profile_ids(T0, T0 + 180))
+    missing = [1, 2]  # ids never stored
+    one_read = fleet.stack_lines(stored + missing)
+    assert one_read[0] == stored
+    reads: list[tuple[str, list[int]]] = []
+    real = Query._stack_lines
+
+    def spied(query: Query, ids: list[int]) -> tuple[list[int], str]:
+        reads.append((threading.current_thread().name, ids))
+        return real(query, ids)
+
+    monkeypatch.setattr(Query, "_stack_lines", spied)
+    monkeypatch.setattr(query_module, "_HALVES_FROM", 2)
+    assert fleet.stack_lines(stored + missing) == one_read
+    assert fleet.stack_lines(stored) == fleet.stack_lines(list(reversed(stored)))
+    assert fleet.stack_lines(missing + stored[:1]) == (stored[:1], one_read[1].split("\n")[0])
+    assert fleet.stack_lines(missing) == ([], "")
+    # Each time two reads, on two threads, of the two halves in id order.
+    assert len(reads) == 10 and reads[0][1] + reads[1][1] == sorted(missing + stored)
+    assert len({name for name, _ in reads[:2]}) == 2
+
+    def failing(query: Query, ids: list[int]) -> tuple[list[int], str]:
+        if threading.current_thread() is not threading.main_thread():
+            raise StoreUnavailable("the database went away")
+        return real(query, ids)
+
+    monkeypatch.setattr(Query, "_stack_lines", failing)
+    with pytest.raises(StoreUnavailable, match="went away"):
+        fleet.stack_lines(stored)
+
+
 def test_stack_counts_in_one_row_agree_with_the_driver_rows(fleet: Query) -> None:
     from collector.store import schema
     from collector.store.engines.base import Engine
