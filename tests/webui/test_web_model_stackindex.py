@@ -283,6 +283,45 @@ def per_stack(names: dict[int, str]) -> int:
     return index._bytes
 
 
+def test_a_request_does_not_wait_for_a_warm_up_read_under_way():
+    rng = random.Random(8)
+    names = catalogue(rng, 300)
+    reading, release = threading.Event(), threading.Event()
+    reader = Names(names)
+    events: list[str] = []
+
+    def read(ids: list[int]) -> tuple[list[int], str]:
+        if threading.current_thread().name == "warm-up":
+            reading.set()
+            release.wait(5)  # a request waiting for this read would wait these 5 s
+            events.append("warm-up read")
+        return reader(ids)
+
+    index = StackIndex(read)
+    ids = sorted(names)
+    warmed: list[tuple[int, bool]] = []
+    warm_up = threading.Thread(
+        target=lambda: warmed.append(index.warm(ids[:200])), name="warm-up", daemon=True
+    )
+    warm_up.start()
+    assert reading.wait(10)
+    counts = window(rng, names, 150)
+    try:
+        # Served while the warm-up's read waits: its own read, not the warm-up's.
+        stacks = index.arrange([counts])
+        events.append("request served")
+    finally:
+        release.set()
+    warm_up.join(10)
+    assert events == ["request served", "warm-up read"]
+    keys, values = with_samples(stacks)
+    assert (keys, values) == with_samples(sort_stacks([by_text(names, counts)]))
+    # The warm-up then adds only what the request did not learn meanwhile.
+    assert warmed == [(len(set(ids[:200]) - set(counts)), True)]
+    assert sorted(index.known()[1]) == sorted(set(ids[:200]) | set(counts))
+    assert index.known()[0] == sorted(index.known()[0])
+
+
 def test_an_empty_window_first_of_all_is_an_empty_tree():
     # A fresh server's first request for a window without samples: the index knows no stack,
     # and its remembered node boundaries must belong to its (empty) keys.
@@ -293,8 +332,7 @@ def test_an_empty_window_first_of_all_is_an_empty_tree():
 
 
 def test_a_few_new_stacks_are_merged_in_as_sorting_would():
-    from webui.model.linesort import in_order
-    from webui.model.stackindex import _merged
+    from webui.model.linesort import in_order, merged
 
     rng = random.Random(11)
     for _ in range(300):
@@ -303,4 +341,4 @@ def test_a_few_new_stacks_are_merged_in_as_sorting_would():
         new = sorted({"".join(rng.choices(words, k=rng.randint(0, 5))) for _ in range(10)})
         new = [key for key in new if key not in set(keys)]
         ids, new_ids = [hash(k) for k in keys], [hash(k) for k in new]
-        assert _merged(keys, ids, new, new_ids) == in_order(keys + new, ids + new_ids)
+        assert merged(keys, ids, new, new_ids) == in_order(keys + new, ids + new_ids)

@@ -25,7 +25,7 @@ from sampler.profile import (
     sort_key,
 )
 
-from .linesort import in_order, keys_in_order
+from .linesort import in_order, keys_in_order, merged
 
 __all__ = ["StackIndex"]
 
@@ -46,8 +46,6 @@ _MIN_BOUNDS = 50_000
 # The longest a request waits for a saved index being loaded (it takes ~0.25 s per 200,000
 # stacks) before reading what it lacks itself.
 LOAD_WAIT = 10.0
-# New keys fewer than 1/_FEW of the known are merged in by bisection rather than by sorting.
-_FEW = 16
 # How the key of a stack the store lacked begins (collector.query.unknown_stack).
 _PLACEHOLDER = unknown_stack(0).removesuffix("0]")
 
@@ -269,7 +267,7 @@ class StackIndex:
             missing = [sid for sid in ids if sid not in known]
             placeholders = [sort_key(unknown_stack(sid)) for sid in missing]
             chars += sum(map(len, placeholders))
-            keys, found = _merged(keys, found, *in_order(placeholders, missing))
+            keys, found = merged(keys, found, *in_order(placeholders, missing))
         return keys, found, chars
 
     def _learn(self, ids: list[int]) -> _State:
@@ -302,29 +300,48 @@ class StackIndex:
         share: float,
     ) -> tuple[int, bool]:
         """Adds the stacks of ``ids`` it lacks, their sort keys in order from ``read``, as
-        _learn_within() describes."""
+        _learn_within() describes. Reads without the lock: a request lacking stacks meanwhile
+        learns them itself rather than wait for this read (a warm-up's chunk: ~0.1 s)."""
         with self._lock:
-            keys, known_ids, rank, _ = self._state
+            rank = self._state[2]
             wanted = [sid for sid in dict.fromkeys(ids) if sid not in rank]
-            room = min(share * self.max_bytes, self.max_bytes - self._frame_bytes) - self._bytes
+            room = self._room(share)
             if not wanted:
                 return 0, room > 0
-            if room <= 0 or (keys and room < self._bytes / len(keys)):
-                return 0, False  # not even room for a stack of the usual size
-            new_keys, new_ids = read(wanted)
+            if not self._fits_one(room):
+                return 0, False
+        new_keys, new_ids = read(wanted)
+        with self._lock:
+            keys, known_ids, rank, _ = self._state  # as others left it meanwhile
+            room = self._room(share)
+            if not self._fits_one(room):
+                return 0, False
             size = dict(zip(new_ids, [len(key) + _STACK_OVERHEAD for key in new_keys], strict=True))
             fits = set()
+            fitted = True
             for sid in wanted:
+                if sid in rank:
+                    continue  # learned meanwhile
                 room -= size[sid]
                 if room < 0:
+                    fitted = False
                     break
                 fits.add(sid)
-            if len(fits) < len(wanted):
+            if len(fits) < len(new_ids):
                 new_keys = [key for key, sid in zip(new_keys, new_ids, strict=True) if sid in fits]
                 new_ids = [sid for sid in new_ids if sid in fits]
             if new_keys:
                 self._merge(keys, known_ids, new_keys, new_ids)
-            return len(new_keys), len(fits) == len(wanted)
+            return len(new_keys), fitted
+
+    def _room(self, share: float) -> float:
+        """Bytes left within ``share`` of the bound (frames included)."""
+        return min(share * self.max_bytes, self.max_bytes - self._frame_bytes) - self._bytes
+
+    def _fits_one(self, room: float) -> bool:
+        """Whether ``room`` holds a stack of the usual size."""
+        keys = self._state[0]
+        return room > 0 and (not keys or room >= self._bytes / len(keys))
 
     def _merge(
         self,
@@ -342,7 +359,7 @@ class StackIndex:
         self._bytes += chars + _STACK_OVERHEAD * len(new_keys)
         self.generation += 1
         if keys:
-            keys, ids = _merged(keys, ids, new_keys, new_ids)
+            keys, ids = merged(keys, ids, new_keys, new_ids)
         else:
             keys, ids = new_keys, new_ids
         self._state = (
@@ -361,26 +378,3 @@ def _look_up(mapping: Mapping[int, int], keys: list[int]) -> Sequence[int]:
         return [mapping[key] for key in keys]
     found: tuple[int, ...] = itemgetter(*keys)(mapping)
     return found
-
-
-def _merged(
-    keys: list[str], ids: list[int], new_keys: list[str], new_ids: list[int]
-) -> tuple[list[str], list[int]]:
-    """Merges two sorted runs of keys, and their ids along with them."""
-    if len(new_keys) * _FEW > len(keys):
-        return in_order(keys + new_keys, ids + new_ids)  # the sort merges two runs in a pass
-    # Few new keys, as a window of a live fleet brings: each is put in place by bisection and
-    # the runs between are copied in slices, rather than calling a sort key 200,000 times.
-    out_keys: list[str] = []
-    out_ids: list[int] = []
-    done = 0
-    for key, sid in zip(new_keys, new_ids, strict=True):
-        at = bisect_right(keys, key, done)
-        out_keys += keys[done:at]
-        out_ids += ids[done:at]
-        out_keys.append(key)
-        out_ids.append(sid)
-        done = at
-    out_keys += keys[done:]
-    out_ids += ids[done:]
-    return out_keys, out_ids
