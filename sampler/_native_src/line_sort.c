@@ -220,3 +220,62 @@ PyObject *native_sort_lines(PyObject *module, PyObject *args)
     Py_DECREF(ids);
     return result;
 }
+
+/* Orders two str as Python does: code points, a prefix first. -2 with an exception set. */
+static int compare_str(PyObject *a, PyObject *b)
+{
+    if (!PyUnicode_Check(a) || !PyUnicode_Check(b)) {
+        PyErr_SetString(PyExc_TypeError, "keys must be str");
+        return -2;
+    }
+    if (PyUnicode_KIND(a) == PyUnicode_1BYTE_KIND && PyUnicode_KIND(b) == PyUnicode_1BYTE_KIND) {
+        Py_ssize_t m = PyUnicode_GET_LENGTH(a), n = PyUnicode_GET_LENGTH(b);
+        int order = memcmp(PyUnicode_1BYTE_DATA(a), PyUnicode_1BYTE_DATA(b), (size_t)(m < n ? m : n));
+        return order != 0 ? (order > 0) - (order < 0) : (m > n) - (m < n);
+    }
+    return PyUnicode_Compare(a, b); /* -1, 0 or 1: kinds differ, so no error */
+}
+
+/* merge_sorted(keys, ids, new_keys, new_ids) -> (keys, ids). */
+PyObject *native_merge_sorted(PyObject *module, PyObject *args)
+{
+    PyObject *keys, *ids, *new_keys, *new_ids;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!:merge_sorted", &PyList_Type, &keys, &PyList_Type, &ids,
+                          &PyList_Type, &new_keys, &PyList_Type, &new_ids)) {
+        return NULL;
+    }
+    Py_ssize_t m = PyList_GET_SIZE(keys), n = PyList_GET_SIZE(new_keys);
+    if (PyList_GET_SIZE(ids) != m || PyList_GET_SIZE(new_ids) != n) {
+        PyErr_SetString(PyExc_ValueError, "as many ids as keys are needed");
+        return NULL;
+    }
+    PyObject *out_keys = PyList_New(m + n), *out_ids = PyList_New(m + n);
+    if (out_keys == NULL || out_ids == NULL) {
+        goto failed;
+    }
+    /* Item by item, under the GIL (comparing reads no Python code: the lists cannot change). */
+    Py_ssize_t i = 0, j = 0;
+    for (Py_ssize_t k = 0; k < m + n; k++) {
+        int from_new = i == m;
+        if (i < m && j < n) {
+            int order = compare_str(PyList_GET_ITEM(keys, i), PyList_GET_ITEM(new_keys, j));
+            if (order == -2) {
+                goto failed;
+            }
+            from_new = order > 0; /* equal keys: the known first, as a stable sort puts them */
+        }
+        PyObject *key = from_new ? PyList_GET_ITEM(new_keys, j) : PyList_GET_ITEM(keys, i);
+        PyObject *sid = from_new ? PyList_GET_ITEM(new_ids, j) : PyList_GET_ITEM(ids, i);
+        *(from_new ? &j : &i) += 1;
+        PyList_SET_ITEM(out_keys, k, Py_NewRef(key));
+        PyList_SET_ITEM(out_ids, k, Py_NewRef(sid));
+    }
+    PyObject *result = PyTuple_Pack(2, out_keys, out_ids);
+    Py_DECREF(out_keys);
+    Py_DECREF(out_ids);
+    return result;
+failed:
+    Py_XDECREF(out_keys);
+    Py_XDECREF(out_ids);
+    return NULL;
+}

@@ -69,6 +69,9 @@ static PyMethodDef methods[] = {
      "sort_lines(lines, ids) -> (keys, ids) or None: folded stacks, one a line, as sort keys "
      "(';' replaced by \\x01) in order, with their ids along; None when the text is not one "
      "byte a character or holds \\x01 or \\x02 (which sort keys escape)."},
+    {"merge_sorted", native_merge_sorted, METH_VARARGS,
+     "merge_sorted(keys, ids, new_keys, new_ids) -> (keys, ids): two sorted runs of str merged, "
+     "their ids along; equal keys keep the first run's first."},
     {"asgi_request_start", native_asgi_request_start, METH_O,
      "asgi_request_start(headers): the value of an ASGI scope's first X-Request-Start or "
      "X-Queue-Start header, decoded as Latin-1, or None."},

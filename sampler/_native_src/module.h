@@ -56,6 +56,7 @@ PyObject *native_file_functions(PyObject *module, PyObject *args);
 /* -- the web UI's stack index (line_sort.c) ----------------------------------------------- */
 
 PyObject *native_sort_lines(PyObject *module, PyObject *args);
+PyObject *native_merge_sorted(PyObject *module, PyObject *args);
 
 /* -- the ASGI middleware's parts (asgi.c) ------------------------------------------------- */
 

@@ -113,3 +113,27 @@ def test_the_c_path_is_taken(monkeypatch) -> None:
 
     monkeypatch.setattr(linesort, "in_order", refuse)
     assert linesort.keys_in_order("m:b\nm:a;x", [1, 2]) == (["m:a\x01x", "m:b"], [2, 1])
+
+
+@native
+@pytest.mark.parametrize("seed", range(4))
+def test_the_c_merge_merges_as_sorting_the_two_runs_would(seed: int) -> None:
+    rng = random.Random(seed)
+    words = ["", "a", "b", "\x01", "a\x01", "é", "ÿ", "\u0100", "日本", "\U0001f525", "\ud800"]
+    for _ in range(50):
+        pool = ["".join(rng.choices(words, k=rng.randint(0, 4))) for _ in range(60)]
+        keys, new = sorted(rng.sample(pool, 30)), sorted(rng.sample(pool, rng.randint(0, 30)))
+        ids, new_ids = list(range(len(keys))), [100 + i for i in range(len(new))]
+        # Equal keys in both runs: the first run's first, as a stable sort of the two.
+        expected = linesort.in_order(keys + new, ids + new_ids)
+        assert NATIVE.merge_sorted(keys, ids, new, new_ids) == expected
+        assert linesort.merged(keys, ids, new, new_ids) == expected
+
+
+@native
+def test_the_c_merge_refuses_what_it_cannot_merge() -> None:
+    with pytest.raises(TypeError, match="keys must be str"):
+        NATIVE.merge_sorted(["a", 1], [1, 2], ["b"], [3])
+    with pytest.raises(ValueError, match="as many ids as keys"):
+        NATIVE.merge_sorted(["a"], [1, 2], ["b"], [3])
+    assert NATIVE.merge_sorted([], [], ["b"], [3]) == (["b"], [3])
