@@ -43,6 +43,10 @@ __all__ = ["Database", "get_db", "init_app", "mark_unavailable"]
 _EXTENSION = "fleetflame_db"
 # How long the last profile of a window still receiving samples is reused.
 _FRESH_SECONDS = 10.0
+# Background work (warming, saves) waits for this long without requests: a page's requests (its
+# HTML, its files, then its data) come with gaps of milliseconds between them, which are no
+# moment to start a chunk of warming (~0.1 s of the CPU) in.
+QUIET_SECONDS = 0.5
 
 
 def filters_of(selection: Selection) -> Filters:
@@ -96,6 +100,7 @@ class Database:
         self._last: tuple[Selection, float, StackCounts] | None = None
         self._results: OrderedDict[Hashable, Any] = OrderedDict()
         self._in_flight = 0
+        self._last_served = -QUIET_SECONDS  # time.monotonic() as the last request ended
         _databases.add(self)
 
     @property
@@ -164,10 +169,13 @@ class Database:
         """Counts requests in flight (+1 as one starts, -1 as it ends)."""
         with self._lock:
             self._in_flight += delta
+            if delta < 0:
+                self._last_served = time.monotonic()
 
     def idle(self) -> bool:
-        """Tells whether no request is being served (background work may use the CPU)."""
-        return self._in_flight <= 0
+        """Tells whether no request is being served, nor was for QUIET_SECONDS (background
+        work may use the CPU)."""
+        return self._in_flight <= 0 and time.monotonic() - self._last_served >= QUIET_SECONDS
 
     def settled(self, *selections: Selection) -> bool:
         """Tells whether the windows ended long enough ago to get no more samples."""

@@ -7,8 +7,8 @@ file of it (webui.indexfile: requests lacking stacks wait for that load); then r
 stacks sampled in the last hours into the index: an hour at a time, newest first, each hour
 one short read, until 80% of the index's bound is used; then the same stacks' functions into
 the function index (webui.functable), so the first function table is as fast too. It works
-only while no request is served: a request learns what it lacks itself, and faster without
-warming beside it. With a file, it then saves the index whenever it has learned more, at
+only while no request is served, nor was for half a second (webui.db's QUIET_SECONDS): a
+request learns what it lacks itself, and faster without warming beside it. With a file, it then saves the index whenever it has learned more, at
 most every SAVE_EVERY seconds, while no request is served (a save stops between its pieces
 while one is); after a save that failed, less often each time (up to an hour), until one
 succeeds.

@@ -9,6 +9,7 @@ import time
 
 from webhelpers import FLEET, T0
 
+from webui import db
 from webui.db import Database
 from webui.params import Selection
 from webui.warmup import THREAD_NAME
@@ -166,4 +167,7 @@ def test_requests_in_flight_are_counted(make_app, fleet_url):
     assert client.get(f"/api/top?from={T0}&to={T0 + 60}").status_code == 200
     assert client.get("/api/top?from=never").status_code == 400
     assert client.get("/api/nothing").status_code == 404
+    # Idle once no request has come for a moment: not in the gaps between a page's requests.
+    assert database._in_flight == 0 and not database.idle()
+    time.sleep(db.QUIET_SECONDS)
     assert database.idle()
