@@ -38,9 +38,9 @@ from sampler.profile import DEFAULT_INTERVAL, Node, Profile, build_tree, rescale
 __all__ = ["Filters", "FunctionStat", "Query", "StackCounts", "unknown_stack"]
 
 _STACK_CACHE_LIMIT = 1_000_000
-# Stacks read in two halves at once, on two connections, from this many on (and two cores): the
-# store's work (SQLite's, or the server's and the driver's) runs outside the interpreter, so the
-# halves take ~60% of one read's time (200,000 stacks from SQLite: ~0.37 s in one, ~0.22 s in two).
+# Stacks read in two halves at once, on two connections, from this many on (where the engine
+# reads them outside the interpreter, and with two cores): 200,000 stacks from SQLite ~0.42 s in
+# one read, ~0.36 s in two.
 _HALVES_FROM = 50_000
 EVERYTHING = Filters()  # no filter: every series of a mode (cpu)
 
@@ -198,7 +198,8 @@ class Query:
         # dict.fromkeys keeps their order: a window's ids come in id order mostly, and sorting
         # them is then one pass (a set's order cost ~60 ms for 200,000).
         wanted = sorted(dict.fromkeys(ids))
-        if len(wanted) < _HALVES_FROM or (os.cpu_count() or 1) < 2:
+        halves = self.store.engine.reads_lines_in_halves and (os.cpu_count() or 1) > 1
+        if len(wanted) < _HALVES_FROM or not halves:
             return self._stack_lines(wanted)
         half = len(wanted) // 2
         with ThreadPoolExecutor(1, thread_name_prefix="fleetflame-stack-lines") as pool:

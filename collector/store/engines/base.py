@@ -52,6 +52,9 @@ class Engine:
     """A SQLAlchemy engine plus the statements that differ between SQLite and PostgreSQL."""
 
     name = "base"
+    # Whether reading many stacks' text in two halves at once, on two connections, is faster
+    # (collector.query): where the driver turns rows into objects, the interpreter is the limit.
+    reads_lines_in_halves = False
 
     def __init__(self, url: str, options: EngineOptions) -> None:
         self.url = url
