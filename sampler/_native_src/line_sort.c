@@ -204,6 +204,11 @@ PyObject *native_sort_lines(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "UO!:sort_lines", &lines, &PyList_Type, &ids)) {
         return NULL;
     }
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(lines) < 0) { /* a legacy string of the deprecated C API */
+        return NULL;
+    }
+#endif
     /* A copy of the ids: the caller's list could change while the text is sorted. */
     ids = PyList_GetSlice(ids, 0, PyList_GET_SIZE(ids));
     if (ids == NULL) {
