@@ -198,12 +198,16 @@ class Query:
         # dict.fromkeys keeps their order: a window's ids come in id order mostly, and sorting
         # them is then one pass (a set's order cost ~60 ms for 200,000).
         wanted = sorted(dict.fromkeys(ids))
-        halves = self.store.engine.reads_lines_in_halves and (os.cpu_count() or 1) > 1
+        halves = self.store.engine.reads_lines_in_halves() and (os.cpu_count() or 1) > 1
         if len(wanted) < _HALVES_FROM or not halves:
             return self._stack_lines(wanted)
         half = len(wanted) // 2
-        with ThreadPoolExecutor(1, thread_name_prefix="fleetflame-stack-lines") as pool:
+        try:
+            pool = ThreadPoolExecutor(1, thread_name_prefix="fleetflame-stack-lines")
             first = pool.submit(self._stack_lines, wanted[:half])
+        except RuntimeError:  # the interpreter is shutting down: no new threads
+            return self._stack_lines(wanted)
+        with pool:
             found, lines = self._stack_lines(wanted[half:])
             first_found, first_lines = first.result()
         if not first_found:

@@ -149,7 +149,7 @@ def test_many_stacks_are_read_in_two_halves_at_once(fleet: Query, monkeypatch) -
     assert fleet.stack_lines(stored + missing) == one_read
     assert len(reads) == (2 if fleet.store.engine.name == "sqlite" else 1)
     reads.clear()
-    monkeypatch.setattr(fleet.store.engine, "reads_lines_in_halves", True)  # PostgreSQL too
+    monkeypatch.setattr(fleet.store.engine, "reads_lines_in_halves", lambda: True)  # PostgreSQL
     assert fleet.stack_lines(stored + missing) == one_read
     assert fleet.stack_lines(stored) == fleet.stack_lines(list(reversed(stored)))
     assert fleet.stack_lines(missing + stored[:1]) == (stored[:1], one_read[1].split("\n")[0])
@@ -166,6 +166,21 @@ def test_many_stacks_are_read_in_two_halves_at_once(fleet: Query, monkeypatch) -
     monkeypatch.setattr(Query, "_stack_lines", failing)
     with pytest.raises(StoreUnavailable, match="went away"):
         fleet.stack_lines(stored)
+
+
+def test_many_stacks_of_an_in_memory_database_are_read_in_one(monkeypatch) -> None:
+    # Each thread has its own in-memory database (SQLAlchemy's SingletonThreadPool): a half
+    # read on another thread would find no tables at all (found by a review).
+    from collector import query as query_module
+
+    with Store("sqlite://") as store:
+        store.migrate()
+        store.write([row(T0, f"m;f{i}", 1) for i in range(4)])
+        fleet = Query(store)
+        ids = sorted(fleet.profile_ids(T0, T0 + 60))
+        monkeypatch.setattr(query_module, "_HALVES_FROM", 2)
+        found, lines = fleet.stack_lines(ids)
+    assert found == ids and sorted(lines.split("\n")) == [f"m;f{i}" for i in range(4)]
 
 
 def test_stack_counts_in_one_row_agree_with_the_driver_rows(fleet: Query) -> None:

@@ -52,9 +52,6 @@ class Engine:
     """A SQLAlchemy engine plus the statements that differ between SQLite and PostgreSQL."""
 
     name = "base"
-    # Whether reading many stacks' text in two halves at once, on two connections, is faster
-    # (collector.query): where the driver turns rows into objects, the interpreter is the limit.
-    reads_lines_in_halves = False
 
     def __init__(self, url: str, options: EngineOptions) -> None:
         self.url = url
@@ -153,6 +150,12 @@ class Engine:
             stmt = sa.select(st.c.id, st.c.folded).where(st.c.id.in_(ids[i : i + 5000]))
             found += conn.execute(stmt).cursor.fetchall()
         return found
+
+    def reads_lines_in_halves(self) -> bool:
+        """Whether reading many stacks' text in two halves at once, on two connections, is
+        faster (collector.query): not where the driver turns rows into objects under the
+        interpreter's lock."""
+        return False
 
     def stack_lines(self, conn: sa.Connection, ids: Sequence[int]) -> tuple[list[int], str]:
         """Reads the folded text of stacks, one per line, and their ids in the same order; ids
