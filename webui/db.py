@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from flask import Flask, current_app, g
+from flask import Flask, current_app, g, request
 
 from collector.query import Filters, Query, StackCounts
 from collector.store import Store, StoreError, StoreUnavailable
@@ -45,8 +45,10 @@ _EXTENSION = "fleetflame_db"
 _FRESH_SECONDS = 10.0
 # Background work (warming, saves) waits for this long without requests: a page's requests (its
 # HTML, its files, then its data) come with gaps of milliseconds between them, which are no
-# moment to start a chunk of warming (~0.1 s of the CPU) in.
+# moment to start a chunk of warming (~0.1 s of the CPU) in. A server busy without such a pause
+# for QUIET_PATIENCE seconds uses the gaps between its requests.
 QUIET_SECONDS = 0.5
+QUIET_PATIENCE = 60.0
 
 
 def filters_of(selection: Selection) -> Filters:
@@ -101,6 +103,7 @@ class Database:
         self._results: OrderedDict[Hashable, Any] = OrderedDict()
         self._in_flight = 0
         self._last_served = -QUIET_SECONDS  # time.monotonic() as the last request ended
+        self._last_quiet = time.monotonic()  # the last time idle() found a pause
         _databases.add(self)
 
     @property
@@ -173,9 +176,16 @@ class Database:
                 self._last_served = time.monotonic()
 
     def idle(self) -> bool:
-        """Tells whether no request is being served, nor was for QUIET_SECONDS (background
-        work may use the CPU)."""
-        return self._in_flight <= 0 and time.monotonic() - self._last_served >= QUIET_SECONDS
+        """Tells whether no request is being served, nor was for QUIET_SECONDS, or for a
+        server without such a pause for QUIET_PATIENCE, none is being served (background work
+        may use the CPU)."""
+        if self._in_flight > 0:
+            return False
+        now = time.monotonic()
+        if now - self._last_served >= QUIET_SECONDS:
+            self._last_quiet = now
+            return True
+        return now - self._last_quiet >= QUIET_PATIENCE
 
     def settled(self, *selections: Selection) -> bool:
         """Tells whether the windows ended long enough ago to get no more samples."""
@@ -323,6 +333,8 @@ def init_app(app: Flask) -> None:
 
 
 def _started() -> None:
+    if request.endpoint == "pages.healthz":
+        return  # a load balancer's, every few seconds: no visitor's, and it costs little
     get_db().serving(+1)
     g.fleetflame_serving = True
 

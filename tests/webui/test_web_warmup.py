@@ -160,14 +160,44 @@ def test_warming_waits_while_a_request_is_served(fleet_url):
         database.close()
 
 
-def test_requests_in_flight_are_counted(make_app, fleet_url):
+def test_requests_in_flight_are_counted(make_app, fleet_url, monkeypatch):
     app = make_app({"DATABASE_URL": fleet_url, "WARM_HOURS": 0})
     database = app.extensions["fleetflame_db"]
     client = app.test_client()
+    monkeypatch.setattr(db, "QUIET_SECONDS", 0.0)
+    assert client.get("/healthz").status_code == 200
+    assert database.idle()  # a load balancer's look is not a visitor's request
+    monkeypatch.setattr(db, "QUIET_SECONDS", 60.0)
+    assert database.idle()
     assert client.get(f"/api/top?from={T0}&to={T0 + 60}").status_code == 200
     assert client.get("/api/top?from=never").status_code == 400
     assert client.get("/api/nothing").status_code == 404
     # Idle once no request has come for a moment: not in the gaps between a page's requests.
     assert database._in_flight == 0 and not database.idle()
-    time.sleep(db.QUIET_SECONDS)
+    monkeypatch.setattr(db, "QUIET_SECONDS", 0.0)
     assert database.idle()
+
+
+def test_a_server_never_quiet_works_in_the_gaps_between_requests(fleet_url, monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(db.time, "monotonic", lambda: now[0])
+    database = Database(fleet_url, warm_hours=0)
+    try:
+        for _ in range(int(db.QUIET_PATIENCE / 0.2) - 1):  # a request every 0.2 s
+            database.serving(+1)
+            now[0] += 0.1
+            database.serving(-1)
+            now[0] += 0.1
+            assert not database.idle()
+        now[0] += 0.35  # still no pause (0.45 s since the last request)
+        assert database.idle()  # but a minute without one: the gaps will do
+        database.serving(+1)
+        assert not database.idle()  # never while one is served
+        database.serving(-1)
+        now[0] += db.QUIET_SECONDS
+        assert database.idle()  # a pause again, and patience starts over
+        database.serving(+1)
+        database.serving(-1)
+        assert not database.idle()
+    finally:
+        database.close()
