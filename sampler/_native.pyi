@@ -128,6 +128,9 @@ def sort_lines(lines: str, ids: list[int], /) -> tuple[list[str], list[int]] | N
 def merge_sorted(
     keys: list[str], ids: list[int], new_keys: list[str], new_ids: list[int], /
 ) -> tuple[list[str], list[int]]: ...
+def spread_counts(
+    rank: dict[int, int], counts: dict[int, int], size: int, /
+) -> list[int] | None: ...
 
 class RoutedAttribute:
     def __init__(self, name: str, is_rule: bool, unmatched: str, /) -> None: ...

@@ -284,3 +284,52 @@ failed:
     Py_XDECREF(out_ids);
     return NULL;
 }
+
+/* spread_counts(rank, counts, size) -> list or None. */
+PyObject *native_spread_counts(PyObject *module, PyObject *args)
+{
+    PyObject *rank, *counts;
+    Py_ssize_t size;
+    if (!PyArg_ParseTuple(args, "O!O!n:spread_counts", &PyDict_Type, &rank, &PyDict_Type, &counts,
+                          &size)) {
+        return NULL;
+    }
+    if (size < 0) {
+        PyErr_SetString(PyExc_ValueError, "size must not be negative");
+        return NULL;
+    }
+    PyObject *zero = PyLong_FromLong(0);
+    PyObject *dense = zero != NULL ? PyList_New(size) : NULL;
+    if (dense == NULL) {
+        Py_XDECREF(zero);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < size; i++) {
+        PyList_SET_ITEM(dense, i, Py_NewRef(zero));
+    }
+    Py_DECREF(zero);
+    Py_ssize_t pos = 0;
+    PyObject *sid, *count;
+    while (PyDict_Next(counts, &pos, &sid, &count)) {
+        PyObject *at = PyDict_GetItemWithError(rank, sid); /* borrowed */
+        if (at == NULL) {
+            Py_DECREF(dense);
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+            Py_RETURN_NONE; /* a stack the index does not know: the caller learns it first */
+        }
+        Py_ssize_t k = PyLong_AsSsize_t(at);
+        if (k < 0 || k >= size) {
+            if (!PyErr_Occurred()) {
+                PyErr_Format(PyExc_ValueError, "a rank of %zd in %zd keys", k, size);
+            }
+            Py_DECREF(dense);
+            return NULL;
+        }
+        PyObject *old = PyList_GET_ITEM(dense, k);
+        PyList_SET_ITEM(dense, k, Py_NewRef(count));
+        Py_DECREF(old);
+    }
+    return dense;
+}

@@ -72,6 +72,10 @@ static PyMethodDef methods[] = {
     {"merge_sorted", native_merge_sorted, METH_VARARGS,
      "merge_sorted(keys, ids, new_keys, new_ids) -> (keys, ids): two sorted runs of str merged, "
      "their ids along; equal keys keep the first run's first."},
+    {"spread_counts", native_spread_counts, METH_VARARGS,
+     "spread_counts(rank, counts, size) -> list or None: ``size`` zeros with each count of "
+     "``counts`` (stack id -> count) at its id's rank (stack id -> position); None when an id "
+     "has no rank."},
     {"asgi_request_start", native_asgi_request_start, METH_O,
      "asgi_request_start(headers): the value of an ASGI scope's first X-Request-Start or "
      "X-Queue-Start header, decoded as Latin-1, or None."},

@@ -57,6 +57,7 @@ PyObject *native_file_functions(PyObject *module, PyObject *args);
 
 PyObject *native_sort_lines(PyObject *module, PyObject *args);
 PyObject *native_merge_sorted(PyObject *module, PyObject *args);
+PyObject *native_spread_counts(PyObject *module, PyObject *args);
 
 /* -- the ASGI middleware's parts (asgi.c) ------------------------------------------------- */
 

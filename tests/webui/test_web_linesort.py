@@ -137,3 +137,56 @@ def test_the_c_merge_refuses_what_it_cannot_merge() -> None:
     with pytest.raises(ValueError, match="as many ids as keys"):
         NATIVE.merge_sorted(["a"], [1, 2], ["b"], [3])
     assert NATIVE.merge_sorted([], [], ["b"], [3]) == (["b"], [3])
+
+
+@native
+def test_the_c_spread_lays_counts_at_their_ranks() -> None:
+    rank = {sid: k for k, sid in enumerate([50, 10, 40, 20, 30])}
+    counts = {40: 7, 50: 1, 30: 3}
+    assert NATIVE.spread_counts(rank, counts, 5) == [1, 0, 7, 0, 3]
+    assert NATIVE.spread_counts(rank, {}, 5) == [0] * 5
+    assert NATIVE.spread_counts(rank, {40: 7, 99: 1}, 5) is None  # 99 has no rank
+    with pytest.raises(KeyError):
+        linesort.spread(rank, {40: 7, 99: 1}, 5)
+    with pytest.raises(ValueError, match="a rank of 4 in 3 keys"):
+        NATIVE.spread_counts(rank, {30: 1}, 3)
+    with pytest.raises(ValueError, match="negative"):
+        NATIVE.spread_counts(rank, counts, -1)
+    with pytest.raises(TypeError):
+        NATIVE.spread_counts(rank, list(counts.items()), 5)
+
+
+@native
+def test_a_window_is_laid_out_alike_with_and_without_the_c_spread(monkeypatch) -> None:
+    from webui.model import StackIndex
+
+    rng = random.Random(3)
+    stacks = sorted(set(varied_stacks(400, 3)))
+    names = {1000 + i: stack for i, stack in enumerate(stacks)}
+
+    def read(ids: list[int]) -> tuple[list[int], str]:
+        found = sorted(sid for sid in ids if sid in names)
+        return found, "\n".join(names[sid] for sid in found)
+
+    window = {sid: rng.randint(1, 9) for sid in rng.sample(sorted(names), 300)}
+    index = StackIndex(read)
+    spread_calls: list[int] = []
+    real = NATIVE.spread_counts
+
+    class Spy:
+        def __getattr__(self, name: str) -> object:
+            return getattr(NATIVE, name)
+
+        def spread_counts(self, rank, counts, size):  # type: ignore[no-untyped-def]
+            spread_calls.append(size)
+            return real(rank, counts, size)
+
+    monkeypatch.setattr(linesort, "_native", Spy)
+    learned = index.arrange([window])  # its stacks unknown: learned first, then laid out
+    with_c = index.arrange([window])
+    assert spread_calls == [0, len(index), len(index)]  # the C path laid both out
+    monkeypatch.setattr(linesort, "_native", lambda: None)
+    without = index.arrange([window])
+    assert with_c.keys == without.keys == learned.keys
+    assert with_c.values == without.values == learned.values
+    assert sum(with_c.values[0]) == sum(window.values())

@@ -25,7 +25,7 @@ from sampler.profile import (
     sort_key,
 )
 
-from .linesort import in_order, keys_in_order, merged
+from .linesort import in_order, keys_in_order, merged, spread
 
 __all__ = ["StackIndex"]
 
@@ -160,6 +160,10 @@ class StackIndex:
     def arrange(self, profiles: Sequence[Mapping[int, int]]) -> SortedStacks:
         """Returns the stacks of these profiles (counts by stack id) in sort order; stacks
         the index knows may come with no samples."""
+        if len(profiles) == 1:
+            laid_out = self._laid_out(profiles[0])
+            if laid_out is not None:
+                return laid_out
         # Few passes over the window, each one a builtin: this runs over every distinct stack.
         if len(profiles) == 1:
             ids = list(profiles[0])
@@ -179,17 +183,37 @@ class StackIndex:
             # Most known stacks are in the window: spread its counts over all of them in order
             # (those it lacks stay at zero) rather than sort the window; the tree is then built
             # over the index's own keys, whose node boundaries it remembers.
-            spread = []
+            spread_values = []
             for v in values:
                 dense = [0] * len(keys)
                 deque(map(dense.__setitem__, ranks, v), maxlen=0)
-                spread.append(dense)
-            return SortedStacks(keys, spread, bounds)
+                spread_values.append(dense)
+            return SortedStacks(keys, spread_values, bounds)
         order = sorted(range(len(ids)), key=ranks.__getitem__)
         return SortedStacks(
             list(map(keys.__getitem__, map(ranks.__getitem__, order))),
             [list(map(v.__getitem__, order)) for v in values],
         )
+
+    def _laid_out(self, profile: Mapping[int, int]) -> SortedStacks | None:
+        """The common case, in C where built: one profile holding most of what the index
+        knows (learned first, if it lacks some), its counts laid over the index's keys; None
+        otherwise."""
+        counts = profile if isinstance(profile, dict) else dict(profile)
+        for learned in (False, True):
+            keys, _, rank, bounds = self._state
+            if len(keys) > _SPREAD * len(counts):
+                return None
+            try:
+                dense = spread(rank, counts, len(keys))
+            except KeyError:
+                if learned:
+                    return None
+                self._loaded.wait(LOAD_WAIT)
+                self._learn(list(counts))
+                continue
+            return None if dense is None else SortedStacks(keys, [dense], bounds)
+        return None
 
     def folded(self, counts: Mapping[int, int]) -> dict[str, int]:
         """Returns a profile of counts by stack id as folded counts."""
