@@ -7,7 +7,9 @@
  * webui/model/linesort.py holds the same in Python, the fallback where this extension is not
  * built or the text is not one byte a character; its tests hold the two to the same keys and
  * ids. The copy and the sort run without the GIL (the text is immutable, and held), so other
- * threads go on meanwhile.
+ * threads go on meanwhile. Below them, two more of the index's passes over every stack of a
+ * window: merge_sorted (new keys into known ones) and spread_counts (a window's counts laid over
+ * the index's keys), under the GIL.
  */
 #include "native.h"
 #include "module.h"
