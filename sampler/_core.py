@@ -95,6 +95,10 @@ class Sampler:
             "host": self.host_name,
         }
         self._lock = threading.Lock()
+        # Between a fall back (on the native engine's drain thread) and stop(): a stop in the
+        # middle of one must stop the engine that takes over, not one not yet started.
+        self._engine_lock = threading.Lock()
+        self._engine_stopped = False
         self.table = StackTable.from_settings(
             s, mode=self.mode, interval=self.interval, recent=RECENT_SAMPLES
         )
@@ -167,15 +171,20 @@ class Sampler:
             self.engine.start(self.effective_interval)
 
     def fall_back(self, reason: str) -> None:
-        """Moves to the python engine after the native one failed, with one logged line."""
-        log.warning("fleetflame sampler: %s; using the python engine from now on", reason)
-        self.engine_reason = reason
-        failed, self.engine = self.engine, PythonEngine(self)
-        try:
-            failed.stop()
-        except Exception:  # noqa: BLE001 - it failed already; what it counted is kept
-            pass
-        self.engine.start(self.effective_interval)
+        """Moves to the python engine after the native one failed, with one logged line; not
+        once stopped."""
+        with self._engine_lock:
+            if self._engine_stopped:
+                return
+            log.warning("fleetflame sampler: %s; using the python engine from now on", reason)
+            self.engine_reason = reason
+            failed, engine = self.engine, PythonEngine(self)
+            try:
+                failed.stop()
+            except Exception:  # noqa: BLE001 - it failed already; what it counted is kept
+                pass
+            engine.start(self.effective_interval)
+            self.engine = engine  # running: a stop from now on stops it
 
     def log_tick_failure(self) -> None:
         """Logs the first failed tick (further failures are counted in /info)."""
@@ -200,7 +209,10 @@ class Sampler:
         """Stops the engine and the endpoint; the counts and stalls stay readable."""
         if self.stalls is not None:
             self.stalls.stop()
-        self.engine.stop()
+        with self._engine_lock:  # after a fall back under way, stops the engine it started
+            self._engine_stopped = True
+            engine = self.engine
+        engine.stop()  # without the lock: the native engine's stop joins its drain thread
         with self._lock:
             self.table.stopped = True
         if self.server is not None:

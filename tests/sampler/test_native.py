@@ -507,6 +507,46 @@ def test_a_replaced_sigprof_handler_makes_the_engine_fall_back(caplog):
         signal.signal(signal.SIGPROF, signal.SIG_DFL)
 
 
+def test_a_stop_during_a_fall_back_stops_the_engine_that_takes_over(monkeypatch):
+    # A CI run found a sampler thread left running: stop() came while the drain thread was
+    # between naming the python engine and starting it, and stopped it before it started.
+    from sampler._engine_python import PythonEngine
+
+    starting, release = threading.Event(), threading.Event()
+    real_start = PythonEngine.start
+
+    def slow_start(engine, interval):  # type: ignore[no-untyped-def]
+        starting.set()
+        release.wait(5)
+        real_start(engine, interval)
+
+    s = sampler.start(port="none")
+    monkeypatch.setattr(PythonEngine, "start", slow_start)
+    falling = threading.Thread(target=s.fall_back, args=("a test's reason",))
+    stopping = threading.Thread(target=sampler.stop)
+    try:
+        falling.start()
+        assert starting.wait(5)
+        stopping.start()
+        time.sleep(0.1)  # stop() comes in the middle of the fall back
+    finally:
+        release.set()
+        falling.join(5)
+        stopping.join(5)
+        sampler.stop()
+    assert s.info()["engine"] == "python"
+
+    def ours() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name.startswith("fleetflame-")]
+
+    deadline = time.monotonic() + 2  # threads told to stop end within moments
+    while ours() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not ours()
+    s.fall_back("once stopped")  # nothing to fall back to
+    assert not ours()
+
+
 @pytest.mark.parallel
 def test_the_sampler_threads_that_end_leave_their_idents_to_the_host():
     # A thread's ident is reused by threads started after it ends: one the sampler left out
